@@ -1,0 +1,1 @@
+"""Small pieces shared by `tasks` and `models`: name registries and parameter checks."""

@@ -1,0 +1,45 @@
+"""A name -> class registry filled by a decorator; unknown names list the known ones."""
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+class Registry:
+    """Maps registry names (as used in `conf/<group>/<name>.yaml`) to constructors."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str) -> Callable[[type], type]:
+        """Class decorator: `@REGISTRY.register("name")`."""
+
+        def add(cls: type) -> type:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = cls
+            cls.registry_name = name
+            return cls
+
+        return add
+
+    def get(self, name: str) -> Callable[..., Any]:
+        if name not in self._entries:
+            raise ValueError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}")
+        return self._entries[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def build(self, name: str, **params: Any) -> Any:
+        """Construct entry `name`; a parameter it does not take is a clear `ValueError`."""
+        cls = self.get(name)
+        accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
+        unknown = sorted(set(params) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"{self.kind} {name!r} has no parameter {unknown[0]!r}; "
+                f"its parameters: {', '.join(accepted)}"
+            )
+        return cls(**params)

@@ -1,6 +1,6 @@
 """Parameter checks that raise one clear `ValueError`: parameter name, value, what is allowed."""
 
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Any
 
 
@@ -10,11 +10,20 @@ def require(ok: bool, name: str, value: Any, allowed: str) -> None:
         raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
 
 
+def is_int(value: Any) -> bool:
+    """`value` is an integer (int, numpy integer), not a bool."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """`value` is a real number (int, float, numpy scalar), not a bool; NaN counts (compare it)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def require_int(name: str, value: Any, low: int, high: int | None = None) -> None:
     """`value` is an int in [low, high] (high=None: no upper bound)."""
     allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    is_int = isinstance(value, Integral) and not isinstance(value, bool)
-    require(is_int and value >= low and (high is None or value <= high), name, value, allowed)
+    require(is_int(value) and value >= low and (high is None or value <= high), name, value, allowed)
 
 
 def require_choice(name: str, value: Any, choices: list[str] | tuple[str, ...]) -> None:

@@ -1,0 +1,1 @@
+"""Training, evaluation, records, reports and benchmarks around `tasks` and `models`."""

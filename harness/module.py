@@ -1,0 +1,93 @@
+"""LightningModule: next-token cross-entropy on labelled positions, recall accuracy metrics."""
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+import torch.distributed as dist
+
+from harness.metrics import RecallAccuracy
+from models.backbone import LanguageModel
+from tasks import IGNORE
+
+
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+class RecallModule(L.LightningModule):
+    """Trains `model` with AdamW on cross-entropy over positions whose label is not -100.
+
+    Validation logs `val/acc`, `val/seq_acc`; test computes, per test length, `acc`,
+    `seq_acc` and sliced accuracies into `self.test_results` (the first length is the
+    training length and gives the unsuffixed `test/*` keys)."""
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        lr: float,
+        weight_decay: float,
+        test_seq_lens: list[int],
+    ) -> None:
+        super().__init__()
+        self.model, self.lr, self.weight_decay = model, lr, weight_decay
+        self.test_seq_lens = test_seq_lens
+        self.test_results: dict[str, float] = {}
+        self.val_results: dict[str, float] = {}
+
+    def _logits_and_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.model(batch["inputs"])
+        loss = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE)
+        return logits, loss
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        _, loss = self._logits_and_loss(batch)
+        if not torch.isfinite(loss):
+            raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self.val_metrics = RecallAccuracy()
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        logits, loss = self._logits_and_loss(batch)
+        self.val_metrics.update(logits.argmax(-1), batch)
+        self.log("val/loss", loss, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        results = self._gathered(self.val_metrics).compute()
+        self.val_results = {"val/acc": results["acc"], "val/seq_acc": results["seq_acc"]}
+        self.log_dict(self.val_results, prog_bar=True)
+
+    def on_test_epoch_start(self) -> None:
+        self.test_metrics = [RecallAccuracy() for _ in self.test_seq_lens]
+
+    def test_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        logits, _ = self._logits_and_loss(batch)
+        self.test_metrics[dataloader_idx].update(logits.argmax(-1), batch)
+
+    def on_test_epoch_end(self) -> None:
+        results = {}
+        for index, (seq_len, metrics) in enumerate(
+            zip(self.test_seq_lens, self.test_metrics, strict=True)
+        ):
+            computed = self._gathered(metrics).compute()
+            results[f"test/acc_by/seq_len/{seq_len}"] = computed["acc"]
+            if index == 0:
+                results.update({f"test/{key}": value for key, value in computed.items()})
+        self.test_results = results
+        self.log_dict(results)
+
+    def _gathered(self, metrics: RecallAccuracy) -> RecallAccuracy:
+        """Under DDP, the counts of every rank merged."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return metrics
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, dict(metrics.counts))
+        merged = RecallAccuracy()
+        for counts in everyone:
+            merged.merge(counts)
+        return merged
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)

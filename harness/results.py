@@ -1,0 +1,90 @@
+"""A run's record (`results.json`, DESIGN.md) and the sweep's `summary.jsonl`."""
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+HASH_EXCLUDED = ("logger", "hydra", "paths", "resume")
+"""Top-level config keys that do not change a run's outcome (where files go, logging)."""
+HASH_EXCLUDED_DATA = ("cache_dir",)
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Stable hash of the resolved config without paths and logger settings."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    for key in HASH_EXCLUDED:
+        resolved.pop(key, None)
+    for key in HASH_EXCLUDED_DATA:
+        resolved.get("data", {}).pop(key, None)
+    resolved.get("trainer", {}).pop("enable_progress_bar", None)
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def jsonable(value: Any) -> Any:
+    """NaN and infinities as null (JSON has neither); containers recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_record(run_dir: Path, record: dict) -> Path:
+    path = Path(run_dir) / "results.json"
+    write_atomic(path, json.dumps(jsonable(record), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def append_summary(sweep_dir: Path, record: dict) -> Path:
+    """Append one line to `summary.jsonl` under an exclusive lock, so that concurrent jobs
+    never interleave; each line is written with a single `write` call and fsynced."""
+    path = Path(sweep_dir) / "summary.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(jsonable(record), sort_keys=True) + "\n"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return path
+
+
+def read_summary(sweep_dir: Path) -> list[dict]:
+    """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped)."""
+    path = Path(sweep_dir) / "summary.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records

@@ -1,0 +1,165 @@
+"""Feature maps phi: R^d -> R^D for linear attention (notes, "Feature Map Choices").
+
+Each map is an `nn.Module` applied to the last dim of `[..., d]` and reports `out_dim`, the
+number of features it really produces (the D in the state size D x d_v + D).
+Random projections are drawn from the torch RNG at construction (`torch.manual_seed` fixes them).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from common.checks import require, require_choice, require_int
+
+FEATURE_MAPS = ("elu", "identity", "rff", "favor", "taylor")
+
+
+class EluFeatureMap(nn.Module):
+    """phi(x) = elu(x) + 1 (eq. 5): positive, but not an approximation of softmax."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.out_dim = head_dim
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        return F.elu(x) + 1
+
+
+class IdentityFeatureMap(nn.Module):
+    """phi(x) = x (Exercise 2): linear attention becomes a linear layer; weights can be negative."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.out_dim = head_dim
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        return x
+
+
+def gaussian_directions(num: int, dim: int, orthogonal: bool, generator=None) -> torch.Tensor:
+    """`num` rows omega_i ~ N(0, I_dim); orthogonal: blocks of orthogonal rows, each rescaled
+    by the norm of an independent Gaussian vector so every row is still marginally N(0, I)."""
+    if not orthogonal:
+        return torch.randn(num, dim, generator=generator)
+    blocks = []
+    for _ in range(math.ceil(num / dim)):
+        q, _ = torch.linalg.qr(torch.randn(dim, dim, generator=generator))
+        blocks.append(q.T)
+    rows = torch.cat(blocks)[:num]
+    norms = torch.randn(num, dim, generator=generator).norm(dim=1, keepdim=True)
+    return rows * norms
+
+
+class RandomFeatureMap(nn.Module):
+    """Shared part of `rff` and `favor`: a buffer of random directions omega, with redraws.
+
+    `redraw(step)` draws new omegas from a generator seeded by (seed, step), where `seed` was
+    drawn from the torch RNG at construction, so a redraw schedule is reproducible.
+    """
+
+    def __init__(self, head_dim: int, num_directions: int, orthogonal: bool) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.orthogonal = orthogonal
+        self.seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        self.register_buffer("omega", self._draw(num_directions, 0))
+
+    def _draw(self, num: int, step: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed + 1_000_003 * step)
+        return gaussian_directions(num, self.head_dim, self.orthogonal, generator)
+
+    def redraw(self, step: int) -> None:
+        self.omega.copy_(self._draw(self.omega.shape[0], step))
+
+
+def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
+    """Exponentials and sin/cos of projections are computed in fp32 even for bf16/fp16 models."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+class RffFeatureMap(RandomFeatureMap):
+    """Random Fourier features (eq. 6): phi(x) = [cos(w_i^T x), sin(w_i^T x)]_i / sqrt(D/2).
+
+    E[phi(q)^T phi(k)] = exp(-|q - k|^2 / 2): the Gaussian kernel, not softmax's. With x scaled
+    by d^(-1/4), exp(-|q-k|^2/2) = exp(q^T k/sqrt(d)) exp(-|q|^2/2) exp(-|k|^2/2).
+    Features can be negative (pitfall 2): nothing here clamps them.
+    """
+
+    def __init__(self, head_dim: int, feature_dim: int, orthogonal: bool = True) -> None:
+        require(feature_dim % 2 == 0, "feature_dim", feature_dim, "even for rff (cos and sin)")
+        super().__init__(head_dim, feature_dim // 2, orthogonal)
+        self.out_dim = feature_dim
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        xs = at_least_fp32(x) * self.head_dim**-0.25
+        proj = xs @ self.omega.to(xs.dtype).T
+        feats = torch.cat([proj.cos(), proj.sin()], dim=-1) / math.sqrt(self.omega.shape[0])
+        return feats.to(x.dtype)
+
+
+class FavorFeatureMap(RandomFeatureMap):
+    """FAVOR+ positive random features (eq. 7), an unbiased estimator of exp(q^T k / sqrt(d)):
+
+        phi(x) = exp(w_i^T x' - |x'|^2 / 2 - c) / sqrt(D),   x' = x d^(-1/4).
+
+    Computed in fp32. The stabiliser c never looks at other tokens, so future tokens cannot
+    change causal outputs (performer-pytorch's key stabiliser takes a max over the whole
+    sequence and does, its issue #82):
+    - keys: c = max_i |w_i|^2 / 2, the analytic maximum of w_i^T x - |x|^2/2 over all x, so
+      features are <= 1 / sqrt(D) and never overflow; the same c for every key cancels in the
+      normalised output (the mixer scales eps by `key_scale`);
+    - queries: c = the token's own max over features, which cancels in its own ratio (eq. 9).
+    """
+
+    def __init__(self, head_dim: int, feature_dim: int, orthogonal: bool = True) -> None:
+        super().__init__(head_dim, feature_dim, orthogonal)
+        self.out_dim = feature_dim
+
+    def key_shift(self) -> torch.Tensor:
+        return self.omega.pow(2).sum(dim=1).max() / 2
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        xs = at_least_fp32(x) * self.head_dim**-0.25
+        logits = xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+        if is_query:
+            shift = logits.amax(dim=-1, keepdim=True).detach()
+        else:
+            shift = self.key_shift()
+        feats = torch.exp(logits - shift) / math.sqrt(self.out_dim)
+        return feats.to(x.dtype)
+
+
+class TaylorFeatureMap(nn.Module):
+    """Second-order Taylor map (Based): phi(x) = [1, x', x' (x) x' / sqrt(2)], x' = x d^(-1/4),
+    so phi(q)^T phi(k) = 1 + s + s^2/2 with s = q^T k / sqrt(d).
+    It holds the full outer product: out_dim = 1 + d + d^2 (273 for d = 16)."""
+
+    def __init__(self, head_dim: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.out_dim = 1 + head_dim + head_dim**2
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        xs = x * self.head_dim**-0.25
+        outer = (xs.unsqueeze(-1) * xs.unsqueeze(-2)).flatten(-2) / math.sqrt(2)
+        return torch.cat([torch.ones_like(xs[..., :1]), xs, outer], dim=-1)
+
+
+def build_feature_map(
+    name: str, head_dim: int, feature_dim: int | None = None, **kw: object
+) -> nn.Module:
+    """Build feature map `name` for inputs of size `head_dim`; `feature_dim` is the number of
+    features for `rff` and `favor` (default: head_dim); the fixed-size maps (`elu`,
+    `identity`, `taylor`) accept only None."""
+    require_choice("feature_map", name, FEATURE_MAPS)
+    require_int("head_dim", head_dim, 1)
+    if name in ("rff", "favor"):
+        feature_dim = head_dim if feature_dim is None else feature_dim
+        require_int("feature_dim", feature_dim, 1)
+        cls = RffFeatureMap if name == "rff" else FavorFeatureMap
+        return cls(head_dim, feature_dim, **kw)
+    require(feature_dim is None, "feature_dim", feature_dim, f"None for the {name} feature map")
+    fixed = {"elu": EluFeatureMap, "identity": IdentityFeatureMap, "taylor": TaylorFeatureMap}
+    return fixed[name](head_dim, **kw)

@@ -1,0 +1,67 @@
+"""The mixer interface every registered sequence mixer implements (DESIGN.md "Mixers")."""
+
+import torch
+from torch import nn
+
+from common.checks import require, require_choice, require_int
+
+MODES = ("chunk", "parallel", "recurrent")
+State = tuple[torch.Tensor, ...]
+
+
+class Mixer(nn.Module):
+    """A causal sequence mixer: `forward(x)` maps [B, T, d_model] -> [B, T, d_model] and
+    y[:, t] depends on x[:, :t+1] only.
+
+    Generation is recurrent: `init_state(batch)` gives the empty state and
+    `step(x_t, state) -> (y_t, state)` consumes one token [B, d_model]. `state_size(T)` is the
+    number of floats that state holds after T tokens (`sum(s.numel() for s in state) / B`).
+    """
+
+    registry_name: str
+    grows_with_seq_len: bool = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def state_size(self, seq_len: int) -> int:
+        raise NotImplementedError
+
+    def init_state(self, batch_size: int) -> State:
+        raise NotImplementedError
+
+    def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        raise NotImplementedError
+
+    def _tensor_kwargs(self) -> dict:
+        param = next(self.parameters())
+        return {"device": param.device, "dtype": param.dtype}
+
+
+class MultiHeadMixer(Mixer):
+    """Shared projections of the attention-like mixers: q, k, v, out; heads split d_model."""
+
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        require_int("d_model", d_model, 1)
+        require_int("n_heads", n_heads, 1)
+        require(d_model % n_heads == 0, "n_heads", n_heads, f"a divisor of d_model={d_model}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[B, T, d_model] -> q, k, v each [B, H, T, head_dim]."""
+        b, t, _ = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
+    def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
+        """[B, H, T, head_dim] -> out-projected [B, T, d_model]."""
+        b, h, t, d = o.shape
+        return self.out(o.transpose(1, 2).reshape(b, t, h * d))
+
+
+def check_mode(mode: str, chunk_size: int) -> None:
+    require_choice("mode", mode, MODES)
+    require_int("chunk_size", chunk_size, 1)

@@ -1,0 +1,125 @@
+"""Kernelised linear attention (eq. 2-4, causal form eq. 8-9) with a pluggable feature map.
+
+Registered entries differ only in the feature map: `linear` (ELU+1, eq. 5), `favor`
+(FAVOR+, eq. 7), `identity` (Exercise 2), `rff` (eq. 6).
+"""
+
+import math
+
+import torch
+
+from models import register
+from models.feature_maps import build_feature_map
+from models.kernels import linear_attention
+from models.mixers.base import MultiHeadMixer, State, check_mode
+
+
+class KernelAttention(MultiHeadMixer):
+    """o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps), S_t = S_{t-1} + phi(k_t) v_t^T,
+    z_t = z_{t-1} + phi(k_t) (eq. 8-9). State per layer: H * (D * d_v + D) floats, D = the
+    feature map's out_dim, independent of the sequence length.
+
+    `redraw_every` > 0 redraws random features every that many training forward passes."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        feature_map: str,
+        feature_dim: int | None = None,
+        normalize: bool = True,
+        mode: str = "chunk",
+        chunk_size: int = 64,
+        redraw_every: int = 0,
+        **feature_kw: object,
+    ) -> None:
+        super().__init__(d_model, n_heads)
+        check_mode(mode, chunk_size)
+        self.feature_map = build_feature_map(feature_map, self.head_dim, feature_dim, **feature_kw)
+        self.normalize, self.mode, self.chunk_size = normalize, mode, chunk_size
+        self.redraw_every = redraw_every
+        self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
+
+    @property
+    def eps(self) -> float:
+        """1e-6, times e^-c when the feature map shifts every key by a constant c (FAVOR+):
+        S and z then carry the factor e^-c, and scaling eps alike keeps eq. 9 unchanged."""
+        shift = getattr(self.feature_map, "key_shift", None)
+        return 1e-6 * (math.exp(-float(shift())) if shift else 1.0)
+
+    @property
+    def feature_dim(self) -> int:
+        return self.feature_map.out_dim
+
+    def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = self.split_heads(x)
+        return self.feature_map(q, is_query=True), self.feature_map(k), v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.redraw_every > 0:
+            self.train_calls += 1
+            if int(self.train_calls) % self.redraw_every == 0:
+                self.feature_map.redraw(int(self.train_calls) // self.redraw_every)
+        o = linear_attention(
+            *self.features(x),
+            normalize=self.normalize,
+            mode=self.mode,
+            chunk_size=self.chunk_size,
+            eps=self.eps,
+        )
+        return self.merge_heads(o)
+
+    def state_size(self, seq_len: int) -> int:
+        return self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
+
+    def init_state(self, batch_size: int) -> State:
+        kw = self._tensor_kwargs()
+        s = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)
+        return s, torch.zeros(batch_size, self.n_heads, self.feature_dim, **kw)
+
+    def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        o, new_state = linear_attention(
+            *self.features(x[:, None]),
+            normalize=self.normalize,
+            mode="recurrent",
+            eps=self.eps,
+            initial_state=state,
+            return_state=True,
+        )
+        return self.merge_heads(o)[:, 0], new_state
+
+
+@register("linear")
+class EluLinearAttention(KernelAttention):
+    """Linear attention with phi = elu + 1 (Katharopoulos et al. 2020, eq. 5); D = head_dim."""
+
+    def __init__(
+        self, d_model: int, n_heads: int = 2, mode: str = "chunk", chunk_size: int = 64
+    ) -> None:
+        super().__init__(d_model, n_heads, "elu", mode=mode, chunk_size=chunk_size)
+
+
+@register("favor")
+class FavorAttention(KernelAttention):
+    """Performer's FAVOR+ (eq. 7): positive orthogonal random features estimating softmax."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 2,
+        feature_dim: int = 64,
+        orthogonal: bool = True,
+        redraw_every: int = 0,
+        mode: str = "chunk",
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__(
+            d_model,
+            n_heads,
+            "favor",
+            feature_dim,
+            mode=mode,
+            chunk_size=chunk_size,
+            redraw_every=redraw_every,
+            orthogonal=orthogonal,
+        )

@@ -1,0 +1,28 @@
+"""Entry point: `python run.py task=assoc_recall model=favor` (Hydra composes conf/)."""
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from harness.train import BadInput, run, sweep_dir
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        record = run(cfg)
+    except BadInput as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or sweep_dir() is not None:
+            raise  # a sweep records the failure and goes on with its other jobs
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    acc = record["metrics"].get("test/acc")
+    state = record["state"]["floats_per_layer"]
+    print(f"{record['status']}: test/acc={acc} state floats/layer={state} ({cfg.model.name})")
+    return acc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Shared fixtures: Hydra configs composed in-process, runs isolated in temp folders."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A recall task small enough that softmax solves it in ~200 steps on a 2-core CPU.
+SMALL_RECALL = [
+    "task=assoc_recall",
+    "task.vocab_size=32",
+    "task.seq_len=24",
+    "task.num_kv_pairs=4",
+    "data.num_train=20000",
+    "data.num_val=500",
+    "data.num_test=500",
+    "trainer.max_steps=1000",
+    "trainer.enable_progress_bar=false",
+    "logger=none",
+]
+
+
+@pytest.fixture
+def make_cfg(tmp_path: Path):
+    """compose(overrides) -> the run's config, writing into `tmp_path`."""
+
+    def make(overrides: list[str]) -> DictConfig:
+        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+        with open_dict(cfg):
+            cfg.output_dir = str(tmp_path / "run")
+            cfg.data.cache_dir = str(tmp_path / "cache")
+        return cfg
+
+    return make

@@ -1,0 +1,83 @@
+"""End to end: a run trains, tests and writes its record; softmax really learns recall."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.train import BadInput, run
+from tests.conftest import REPO, SMALL_RECALL
+
+RECORD_KEYS = {
+    "status", "task", "model", "task_params", "model_params", "seq_len", "seed",
+    "config_hash", "num_params", "state", "metrics", "train", "wandb",
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) -> None:
+    cfg = make_cfg([*SMALL_RECALL, "model=softmax", "logger=wandb"])
+    record = run(cfg)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved == json.loads(json.dumps(record))
+    assert RECORD_KEYS <= saved.keys()
+    assert saved["status"] == "ok"
+    assert saved["metrics"]["test/acc"] >= 0.95
+    assert saved["metrics"]["val/acc"] >= 0.95
+    assert saved["train"]["steps"] < 1000  # early stopping passed the threshold
+    assert saved["state"] == {
+        "floats_per_layer": 2 * 24 * 64,
+        "bytes_per_layer": 4 * 2 * 24 * 64,
+        "bytes_total": 2 * 4 * 2 * 24 * 64,
+        "grows_with_seq_len": True,
+    }
+    assert {f"test/acc_by/query_order/{i}" for i in range(4)} <= saved["metrics"].keys()
+    assert saved["wandb"]["mode"] == "offline"
+    assert Path(saved["wandb"]["run_dir"]).is_dir()
+
+
+def test_bad_input_raises_before_training_and_is_recorded(make_cfg, tmp_path: Path) -> None:
+    cfg = make_cfg([*SMALL_RECALL, "task.num_kv_pairs=20"])
+    with pytest.raises(BadInput, match="num_kv_pairs=20"):
+        run(cfg)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["status"] == "failed" and "num_kv_pairs=20" in saved["error"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RECALL_HARNESS_CACHE": str(cwd / "cache")}
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
+    small = [a for a in SMALL_RECALL if not a.startswith(("logger", "trainer.max_steps"))]
+    result = cli(
+        *small, "model=favor", "trainer.max_steps=30", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["status"] == "ok" and saved["model"] == "favor"
+    assert saved["state"]["floats_per_layer"] == 2 * (64 * 32 + 64)
+    assert saved["state"]["grows_with_seq_len"] is False
+    assert 0.0 <= saved["metrics"]["test/acc"] <= 1.0
+    assert saved["train"]["steps"] == 30
+    assert "test/acc=" in result.stdout and "state floats/layer=4224" in result.stdout
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+
+
+def test_cli_bad_input_is_one_clear_line(tmp_path: Path) -> None:
+    result = cli("model=favor", "model.feature_dim=0", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("error: feature_dim=0 is invalid")
+    assert "Traceback" not in result.stderr

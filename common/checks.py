@@ -23,7 +23,8 @@ def is_real(value: Any) -> bool:
 def require_int(name: str, value: Any, low: int, high: int | None = None) -> None:
     """`value` is an int in [low, high] (high=None: no upper bound)."""
     allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-    require(is_int(value) and value >= low and (high is None or value <= high), name, value, allowed)
+    ok = is_int(value) and value >= low and (high is None or value <= high)
+    require(ok, name, value, allowed)
 
 
 def require_choice(name: str, value: Any, choices: list[str] | tuple[str, ...]) -> None:

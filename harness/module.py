@@ -2,8 +2,8 @@
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from harness.metrics import RecallAccuracy
 from models.backbone import LanguageModel

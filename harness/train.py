@@ -2,6 +2,7 @@
 
 import inspect
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from common.checks import require, require_int
 from harness.data import TaskDataModule
 from harness.module import Diverged, RecallModule
-from harness.results import append_summary, config_hash, write_record
+from harness.results import append_summary, config_hash, read_summary, write_record
 from harness.tracking import finish_wandb, start_wandb
 from models import MIXERS
 from models.backbone import LanguageModel
@@ -68,7 +69,8 @@ def build(cfg: DictConfig) -> Parts:
         torch.manual_seed(cfg.seed)
         model = LanguageModel(
             vocab_size=task.vocab_size,
-            max_seq_len=max([task.seq_len, *eval_seq_lens]) if cfg.backbone.pos_emb == "none"
+            max_seq_len=max([task.seq_len, *eval_seq_lens])
+            if cfg.backbone.pos_emb == "none"
             else task.seq_len,
             mixer=cfg.model.name,
             mixer_params=params_of(cfg.model),
@@ -111,6 +113,27 @@ def sweep_dir() -> Path | None:
     return None
 
 
+def job_threads(cfg: DictConfig) -> int:
+    """`threads`, or for parallel sweep jobs (joblib) the cores shared out between them, so
+    that jobs do not oversubscribe the machine; 0 = torch's default."""
+    if cfg.get("threads"):
+        return int(cfg.threads)
+    if HydraConfig.initialized():
+        n_jobs = HydraConfig.get().launcher.get("n_jobs")
+        if isinstance(n_jobs, int) and n_jobs > 1:
+            return max(1, (os.cpu_count() or 1) // n_jobs)
+    return 0
+
+
+def finished_record(cfg: DictConfig, digest: str) -> dict | None:
+    """In a sweep with `resume=true`, the `ok` record of an earlier job with the same config."""
+    folder = sweep_dir()
+    if folder is None or not cfg.get("resume", True):
+        return None
+    done = [r for r in read_summary(folder) if r.get("config_hash") == digest]
+    return next((r for r in done if r.get("status") == "ok"), None)
+
+
 def output_dir(cfg: DictConfig) -> Path:
     if HydraConfig.initialized():
         return Path(HydraConfig.get().runtime.output_dir)
@@ -119,9 +142,16 @@ def output_dir(cfg: DictConfig) -> Path:
 
 def run(cfg: DictConfig) -> dict:
     """Train and test one config; always writes `results.json` (status ok/diverged/failed)."""
-    if cfg.get("threads"):
-        torch.set_num_threads(cfg.threads)
     run_dir = output_dir(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    digest = config_hash(cfg)
+    done = finished_record(cfg, digest)
+    if done is not None:
+        log.info("skipping: %s already has an ok record in the sweep (resume=true)", digest)
+        write_record(run_dir, done)
+        return done
+    if job_threads(cfg):
+        torch.set_num_threads(job_threads(cfg))
     record: dict = {
         "status": "failed",
         "task": cfg.task.name,
@@ -130,13 +160,14 @@ def run(cfg: DictConfig) -> dict:
         "model_params": params_of(cfg.model),
         "seq_len": cfg.task.get("seq_len"),
         "seed": cfg.seed,
-        "config_hash": config_hash(cfg),
+        "config_hash": digest,
         "num_params": None,
         "state": None,
         "metrics": {},
         "train": None,
         "wandb": None,
         "run_dir": str(run_dir),
+        "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
     }
     logger = None
     try:
@@ -150,8 +181,7 @@ def run(cfg: DictConfig) -> dict:
         )
         name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
         group = sweep_dir().name if sweep_dir() else None
-        config = OmegaConf.to_container(cfg, resolve=True)
-        logger = start_wandb(cfg.logger, run_dir, name, group, cfg.task.name, config)
+        logger = start_wandb(cfg.logger, run_dir, name, group, cfg.task.name, resolved)
         trainer = L.Trainer(
             **cfg.trainer,
             logger=logger if logger is not None else False,

@@ -1,0 +1,39 @@
+"""Plain-text tables and CSV files for the report and the analysis scripts."""
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def format_cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def print_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:
+    """Print `rows` as an aligned text table (and return the text)."""
+    if not rows:
+        print("(no rows)")
+        return "(no rows)"
+    columns = list(columns or dict.fromkeys(k for row in rows for k in row))
+    cells = [[format_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def write_csv(rows: list[dict], path: str | Path, columns: Sequence[str] | None = None) -> Path:
+    """Write `rows` to `path` as CSV (columns: the union of the rows' keys, in order)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = list(columns or dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

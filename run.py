@@ -2,11 +2,16 @@
 
 import os
 import sys
+from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
+# Jobs that launchers start in other processes (submitit, SLURM) import this repo's packages.
+REPO = str(Path(__file__).resolve().parent)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
-from harness.train import BadInput, run, sweep_dir
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from harness.train import BadInput, run, sweep_dir  # noqa: E402
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

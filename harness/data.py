@@ -5,7 +5,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from harness.dataset_cache import load_split, split_seed
 from tasks import Task
@@ -24,6 +24,33 @@ class ArrayDataset(Dataset):
     def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
         index = torch.as_tensor(indices)
         return {name: column[index] for name, column in self.columns.items()}
+
+
+class StepBatchSampler(Sampler[list[int]]):
+    """Training batches as a function of the step alone: batch s is slice s mod E of the
+    permutation of epoch s // E (E = batches per epoch), drawn from a generator seeded with
+    (seed, epoch). Starting at `start_step` (< num_steps) continues a killed run exactly."""
+
+    def __init__(
+        self, num_examples: int, batch_size: int, seed: int, start_step: int, num_steps: int
+    ) -> None:
+        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        self.start_step, self.num_steps = start_step, num_steps
+        self.per_epoch = max(1, num_examples // batch_size)
+
+    def __len__(self) -> int:
+        """All steps of training (Lightning's loop counts restored steps into the epoch)."""
+        return self.num_steps
+
+    def __iter__(self):
+        epoch, order = None, None
+        for step in range(self.start_step, self.num_steps):
+            if step // self.per_epoch != epoch:
+                epoch = step // self.per_epoch
+                generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                order = torch.randperm(self.num_examples, generator=generator)
+            index = step % self.per_epoch
+            yield order[index * self.batch_size : (index + 1) * self.batch_size].tolist()
 
 
 def keep_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -76,21 +103,20 @@ class TaskDataModule(L.LightningDataModule):
         if stage in ("test", None) and not self.test_sets:
             self.test_sets = [self._load(task, "test") for task in self.test_tasks]
 
-    def _loader(self, dataset: ArrayDataset, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
-            collate_fn=keep_batch,
-        )
+    def _loader(self, dataset: ArrayDataset) -> DataLoader:
+        return DataLoader(dataset, batch_size=self.batch_size, collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.splits["train"], shuffle=True)
+        """One pass of `max_steps` batches; when resuming, from the restored step on."""
+        start = self.trainer.global_step if self.trainer else 0
+        total = self.trainer.max_steps if self.trainer else 1
+        sampler = StepBatchSampler(
+            len(self.splits["train"]), self.batch_size, self.seed, start, total
+        )
+        return DataLoader(self.splits["train"], batch_sampler=sampler, collate_fn=keep_batch)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.splits["val"], shuffle=False)
+        return self._loader(self.splits["val"])
 
     def test_dataloader(self) -> list[DataLoader]:
-        return [self._loader(dataset, shuffle=False) for dataset in self.test_sets]
+        return [self._loader(dataset) for dataset in self.test_sets]

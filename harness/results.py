@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-HASH_EXCLUDED = ("logger", "hydra", "paths", "resume")
+HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir")
 """Top-level config keys that do not change a run's outcome (where files go, logging)."""
 HASH_EXCLUDED_DATA = ("cache_dir",)
 

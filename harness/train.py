@@ -4,6 +4,7 @@ import inspect
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from lightning.pytorch.callbacks import EarlyStopping
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require, require_int
+from harness.checkpoint import SaveLast, checkpoint_path, discard, resumable
 from harness.data import TaskDataModule
 from harness.module import Diverged, RecallModule
 from harness.results import append_summary, config_hash, read_summary, write_record
@@ -62,6 +64,7 @@ def build(cfg: DictConfig) -> Parts:
     try:
         require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "> 0")
         require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
+        require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
         for key in ("num_train", "num_val", "num_test", "batch_size"):
             require_int(f"data.{key}", cfg.data[key], 1)
         task = build_task(cfg.task.name, **params_of(cfg.task))
@@ -182,6 +185,7 @@ def run(cfg: DictConfig) -> dict:
         name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
         group = sweep_dir().name if sweep_dir() else None
         logger = start_wandb(cfg.logger, run_dir, name, group, cfg.task.name, resolved)
+        ckpt = checkpoint_path(cfg.checkpoint.dir, digest)
         trainer = L.Trainer(
             **cfg.trainer,
             logger=logger if logger is not None else False,
@@ -194,27 +198,36 @@ def run(cfg: DictConfig) -> dict:
                     patience=10**9,
                     stopping_threshold=cfg.early_stop_acc,
                     check_on_train_epoch_end=False,
-                )
+                ),
+                SaveLast(ckpt),
             ],
         )
+        resume_path, resumed_at = resumable(ckpt)
         start = time.perf_counter()
         try:
-            trainer.fit(parts.module, datamodule=parts.data)
+            with warnings.catch_warnings():
+                # StepBatchSampler resumes mid-epoch exactly; Lightning cannot know that.
+                warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
+                trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
         finally:
             wall = time.perf_counter() - start
             steps = trainer.global_step
+            tokens = (steps - resumed_at) * cfg.data.batch_size * parts.task.seq_len
             record["train"] = {
                 "steps": steps,
-                "epochs": trainer.current_epoch,
+                "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
                 "wall_s": round(wall, 3),
-                "tokens_per_s": round(steps * cfg.data.batch_size * parts.task.seq_len / wall, 1),
+                "tokens_per_s": round(tokens / wall, 1),
+                "resumed_from_step": resumed_at,
             }
             record["metrics"].update(parts.module.val_results)
         trainer.test(parts.module, datamodule=parts.data, verbose=False)
         record["metrics"].update(parts.module.test_results)
         record["status"] = "ok"
+        discard(ckpt)
     except Diverged as error:
         record.update(status="diverged", error=str(error))
+        discard(ckpt)
     except BaseException as error:
         record["error"] = f"{type(error).__name__}: {error}"
         raise

@@ -33,6 +33,7 @@ def make_cfg(tmp_path: Path):
         with open_dict(cfg):
             cfg.output_dir = str(tmp_path / "run")
             cfg.data.cache_dir = str(tmp_path / "cache")
+            cfg.checkpoint.dir = str(tmp_path / "checkpoints")
         return cfg
 
     return make

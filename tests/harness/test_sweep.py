@@ -1,0 +1,97 @@
+"""Sweeps: every job's record reaches summary.jsonl, reruns skip finished jobs, failures
+cost only themselves, the report renders, and jobs scale out through Hydra launchers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report import report
+from harness.results import read_summary
+from tests.conftest import REPO
+
+TINY = [
+    "logger=none",
+    "task.vocab_size=32",
+    "task.num_kv_pairs=4",
+    "data.num_train=512",
+    "data.num_val=64",
+    "data.num_test=64",
+    "trainer.max_steps=4",
+    "trainer.val_check_interval=2",
+    "trainer.enable_progress_bar=false",
+    "threads=1",
+]
+
+
+def multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RECALL_HARNESS_CACHE": str(tmp_path / "cache")}
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), "-m", *TINY, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+@pytest.mark.slow
+def test_sweep_records_every_job_skips_them_on_rerun_and_reports(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    args = ["model=softmax,linear", "task.seq_len=24,32", f"hydra.sweep.dir={sweep}"]
+    first = multirun(tmp_path, *args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    records = read_summary(sweep)
+    assert len(records) == 4 and all(r["status"] == "ok" for r in records)
+    assert {(r["model"], r["seq_len"]) for r in records} == {
+        (m, n) for m in ("softmax", "linear") for n in (24, 32)
+    }
+
+    again = multirun(tmp_path, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stderr.count("skipping") + again.stdout.count("skipping") == 4
+    assert len(read_summary(sweep)) == 4
+
+    table = report(sweep, wandb_mode="disabled")
+    assert len(table) == 4
+    for name in ("table.csv", "acc_vs_seq_len.png", "acc_vs_state.png", "report.html"):
+        assert (sweep / "report" / name).stat().st_size > 0
+    softmax_24 = next(r for r in table if r["model"] == "softmax" and r["task.seq_len"] == 24)
+    assert softmax_24["state_bytes"] == 4 * 2 * 24 * 64
+
+
+@pytest.mark.slow
+def test_failed_job_keeps_the_other_records_and_report_renders(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    # seq_len=8 cannot hold 4 key-value pairs and their queries: that job fails up front
+    result = multirun(tmp_path, "model=softmax", "task.seq_len=24,8", f"hydra.sweep.dir={sweep}")
+    assert result.returncode != 0
+    records = read_summary(sweep)
+    assert sorted(r["status"] for r in records) == ["failed", "ok"]
+    failed = next(r for r in records if r["status"] == "failed")
+    assert "seq_len=8" in failed["error"]
+    table = report(sweep, wandb_mode="disabled")
+    assert [row["failed"] for row in table if row["task.seq_len"] == 8] == [1]
+    assert (sweep / "report" / "report.html").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["local", "submitit_local"])
+def test_launchers_run_jobs_in_parallel_processes(tmp_path: Path, launcher: str) -> None:
+    sweep = tmp_path / "sweep"
+    result = multirun(
+        tmp_path,
+        f"hydra/launcher={launcher}",
+        "model=softmax,linear",
+        "task.seq_len=24",
+        f"hydra.sweep.dir={sweep}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_summary(sweep)
+    assert sorted(r["model"] for r in records) == ["linear", "softmax"]
+    assert all(r["status"] == "ok" for r in records)
+    assert len({json.dumps(r["config_hash"]) for r in records}) == 2

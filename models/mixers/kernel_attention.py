@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from common.checks import require_int
 from models import register
 from models.feature_maps import build_feature_map
 from models.kernels import linear_attention
@@ -35,6 +36,7 @@ class KernelAttention(MultiHeadMixer):
     ) -> None:
         super().__init__(d_model, n_heads)
         check_mode(mode, chunk_size)
+        require_int("redraw_every", redraw_every, 0)
         self.feature_map = build_feature_map(feature_map, self.head_dim, feature_dim, **feature_kw)
         self.normalize, self.mode, self.chunk_size = normalize, mode, chunk_size
         self.redraw_every = redraw_every
@@ -117,6 +119,53 @@ class FavorAttention(KernelAttention):
             d_model,
             n_heads,
             "favor",
+            feature_dim,
+            mode=mode,
+            chunk_size=chunk_size,
+            redraw_every=redraw_every,
+            orthogonal=orthogonal,
+        )
+
+
+@register("identity")
+class IdentityAttention(KernelAttention):
+    """phi(x) = x (Exercise 2): o_t = q_t^T S_t with S_t = sum_{s<=t} k_s v_s^T, a linear map
+    of q_t. q^T z can be zero or negative, so the normaliser is off by default
+    (`normalize=True` divides by it as eq. 9 does, with no safeguard); D = head_dim."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 2,
+        normalize: bool = False,
+        mode: str = "chunk",
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__(
+            d_model, n_heads, "identity", normalize=normalize, mode=mode, chunk_size=chunk_size
+        )
+
+
+@register("rff")
+class RffAttention(KernelAttention):
+    """Random Fourier features (eq. 6), normalised as eq. 9. Its kernel is the Gaussian one,
+    and sin/cos features make phi(q)^T z any sign: the denominator can vanish or go negative
+    (pitfall 2). Nothing clamps it, so a collapse shows up as a diverged run."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 2,
+        feature_dim: int = 64,
+        orthogonal: bool = True,
+        redraw_every: int = 0,
+        mode: str = "chunk",
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__(
+            d_model,
+            n_heads,
+            "rff",
             feature_dim,
             mode=mode,
             chunk_size=chunk_size,

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from harness.metrics import RecallAccuracy
 from models.backbone import LanguageModel
+from models.mixers.base import DenominatorCollapse
 from tasks import IGNORE
 
 
@@ -40,7 +41,10 @@ class RecallModule(L.LightningModule):
         return logits, loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        _, loss = self._logits_and_loss(batch)
+        try:
+            _, loss = self._logits_and_loss(batch)
+        except DenominatorCollapse as error:
+            raise Diverged(f"{error} at step {self.global_step}") from error
         if not torch.isfinite(loss):
             raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
         self.log("train/loss", loss, prog_bar=True)

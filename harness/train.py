@@ -23,6 +23,7 @@ from harness.results import append_summary, config_hash, read_summary, write_rec
 from harness.tracking import finish_wandb, start_wandb
 from models import MIXERS
 from models.backbone import LanguageModel
+from models.mixers.base import DenominatorCollapse
 from tasks import Task, build_task
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ def run(cfg: DictConfig) -> dict:
         record["metrics"].update(parts.module.test_results)
         record["status"] = "ok"
         discard(ckpt)
-    except Diverged as error:
+    except (Diverged, DenominatorCollapse) as error:
         record.update(status="diverged", error=str(error))
         discard(ckpt)
     except BaseException as error:

@@ -6,6 +6,14 @@ from torch import nn
 from common.checks import require, require_choice, require_int
 
 MODES = ("chunk", "parallel", "recurrent")
+
+
+class DenominatorCollapse(ArithmeticError):
+    """A normalised linear attention whose denominator phi(q)^T z (eq. 9) collapsed: with
+    signed features (pitfall 2) the "weights" no longer average the values. The harness
+    records the run as diverged with this message."""
+
+
 State = tuple[torch.Tensor, ...]
 
 

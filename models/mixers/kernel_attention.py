@@ -8,11 +8,13 @@ import math
 
 import torch
 
-from common.checks import require_int
+from common.checks import require, require_int
 from models import register
 from models.feature_maps import build_feature_map
 from models.kernels import linear_attention
-from models.mixers.base import MultiHeadMixer, State, check_mode
+from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State, check_mode
+
+SIGNED_FEATURE_MAPS = ("rff", "identity")
 
 
 class KernelAttention(MultiHeadMixer):
@@ -32,6 +34,7 @@ class KernelAttention(MultiHeadMixer):
         mode: str = "chunk",
         chunk_size: int = 64,
         redraw_every: int = 0,
+        collapse_fraction: float = 1.0,
         **feature_kw: object,
     ) -> None:
         super().__init__(d_model, n_heads)
@@ -39,6 +42,9 @@ class KernelAttention(MultiHeadMixer):
         require_int("redraw_every", redraw_every, 0)
         self.feature_map = build_feature_map(feature_map, self.head_dim, feature_dim, **feature_kw)
         self.normalize, self.mode, self.chunk_size = normalize, mode, chunk_size
+        require(0 < collapse_fraction <= 1, "collapse_fraction", collapse_fraction, "in (0, 1]")
+        self.collapse_fraction = collapse_fraction
+        self.watch_denominator = normalize and feature_map in SIGNED_FEATURE_MAPS
         self.redraw_every = redraw_every
         self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
 
@@ -62,14 +68,36 @@ class KernelAttention(MultiHeadMixer):
             self.train_calls += 1
             if int(self.train_calls) % self.redraw_every == 0:
                 self.feature_map.redraw(int(self.train_calls) // self.redraw_every)
+        q, k, v = self.features(x)
         o = linear_attention(
-            *self.features(x),
+            q,
+            k,
+            v,
             normalize=self.normalize,
             mode=self.mode,
             chunk_size=self.chunk_size,
             eps=self.eps,
         )
+        if self.watch_denominator:
+            self.check_denominator(q, k)
         return self.merge_heads(o)
+
+    @torch.no_grad()
+    def check_denominator(self, q: torch.Tensor, k: torch.Tensor) -> None:
+        """With signed features the weights phi(q_t)^T phi(k_s) of eq. 9 need not sum to a
+        positive number. Raise `DenominatorCollapse` when more than `collapse_fraction` of the
+        denominators phi(q_t)^T z_t are <= 0 (or any is NaN): the output is then no longer an
+        average of values at all. Nothing is ever clamped."""
+        ones = torch.ones_like(k[..., :1])
+        den = linear_attention(
+            q, k, ones, normalize=False, mode=self.mode, chunk_size=self.chunk_size
+        )
+        fraction = (den <= 0).float().mean().item()
+        if not fraction <= self.collapse_fraction:  # also catches NaN
+            raise DenominatorCollapse(
+                f"{self.registry_name}: the denominator phi(q)^T z of eq. 9 collapsed: "
+                f"{fraction:.0%} of them are <= 0 (signed features, pitfall 2)"
+            )
 
     def state_size(self, seq_len: int) -> int:
         return self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
@@ -131,18 +159,26 @@ class FavorAttention(KernelAttention):
 class IdentityAttention(KernelAttention):
     """phi(x) = x (Exercise 2): o_t = q_t^T S_t with S_t = sum_{s<=t} k_s v_s^T, a linear map
     of q_t. q^T z can be zero or negative, so the normaliser is off by default
-    (`normalize=True` divides by it as eq. 9 does, with no safeguard); D = head_dim."""
+    (`normalize=True` divides by it as eq. 9 does, and a collapse ends the run as for `rff`);
+    D = head_dim."""
 
     def __init__(
         self,
         d_model: int,
         n_heads: int = 2,
         normalize: bool = False,
+        collapse_fraction: float = 0.1,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
         super().__init__(
-            d_model, n_heads, "identity", normalize=normalize, mode=mode, chunk_size=chunk_size
+            d_model,
+            n_heads,
+            "identity",
+            normalize=normalize,
+            mode=mode,
+            chunk_size=chunk_size,
+            collapse_fraction=collapse_fraction,
         )
 
 
@@ -150,7 +186,8 @@ class IdentityAttention(KernelAttention):
 class RffAttention(KernelAttention):
     """Random Fourier features (eq. 6), normalised as eq. 9. Its kernel is the Gaussian one,
     and sin/cos features make phi(q)^T z any sign: the denominator can vanish or go negative
-    (pitfall 2). Nothing clamps it, so a collapse shows up as a diverged run."""
+    (pitfall 2). Nothing clamps it: once more than `collapse_fraction` of the denominators
+    are <= 0 the forward raises `DenominatorCollapse` and the run ends as diverged."""
 
     def __init__(
         self,
@@ -159,6 +196,7 @@ class RffAttention(KernelAttention):
         feature_dim: int = 64,
         orthogonal: bool = True,
         redraw_every: int = 0,
+        collapse_fraction: float = 0.1,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
@@ -170,5 +208,6 @@ class RffAttention(KernelAttention):
             mode=mode,
             chunk_size=chunk_size,
             redraw_every=redraw_every,
+            collapse_fraction=collapse_fraction,
             orthogonal=orthogonal,
         )

@@ -18,7 +18,11 @@ def recurrent_modes(name: str) -> list[str]:
 
 
 def make(name: str, **params) -> torch.nn.Module:
+    """The mixer in float64; signed-feature mixers without their collapse guard (it is tested
+    in test_zoo.py), so that inputs of any size can be compared across modes."""
     torch.manual_seed(0)
+    if "collapse_fraction" in inspect.signature(MIXERS.get(name)).parameters:
+        params.setdefault("collapse_fraction", 1.0)
     return build_mixer(name, D_MODEL, **params).double()
 
 

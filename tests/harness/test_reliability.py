@@ -69,6 +69,12 @@ def test_divergence_is_recorded_with_step_and_reason(make_cfg, tmp_path: Path) -
     assert saved["status"] == "diverged"
 
 
+def test_rff_denominator_collapse_ends_the_run_as_diverged(make_cfg) -> None:
+    record = run(make_cfg([*SMALL_RECALL, "model=rff", "optim.lr=0.05"]))
+    assert record["status"] == "diverged"
+    assert "denominator" in record["error"] and "at step" in record["error"]
+
+
 def test_same_config_same_seed_gives_identical_metrics(make_cfg) -> None:
     overrides = [*SMALL_RECALL, "trainer.max_steps=30", "trainer.val_check_interval=10"]
     first, second = run(make_cfg(overrides)), run(make_cfg(overrides))

@@ -31,17 +31,14 @@ SWEPT_AWAY = ("seed", "lr")
 
 
 def load_records(sweep: Path) -> list[dict]:
-    """The latest record of every job (by run folder), from the summary and job folders."""
-
-    def folder(path: str) -> str:
-        return str(Path(path).resolve())
-
-    summary = read_summary(sweep)
-    records = {
-        folder(r["run_dir"]) if r.get("run_dir") else str(i): r for i, r in enumerate(summary)
-    }
+    """The latest record of every config in the sweep: `summary.jsonl` in order (a rerun's
+    record replaces a failed one), plus job folders' `results.json` that it lacks."""
+    records: dict[str, dict] = {}
+    for record in read_summary(sweep):
+        records[record.get("config_hash") or str(len(records))] = record
     for path in sorted(sweep.glob("*/results.json")):
-        records.setdefault(folder(path.parent), json.loads(path.read_text()))
+        record = json.loads(path.read_text())
+        records.setdefault(record.get("config_hash") or str(path), record)
     return list(records.values())
 
 

@@ -14,6 +14,13 @@ def build_task(name: str, **params: Any) -> Task:
     return TASKS.build(name, **params)
 
 
-from tasks import assoc_recall  # noqa: E402,F401  (fills the registry)
+from tasks import (  # noqa: E402,F401  (fills the registry)
+    assoc_recall,
+    copy,
+    induction,
+    needle,
+    noisy_recall,
+    selective_copy,
+)
 
 __all__ = ["IGNORE", "TASKS", "Task", "build_task", "register"]

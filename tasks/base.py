@@ -5,6 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from common.checks import require_int
+
 IGNORE = -100
 """Label of a position where nothing is scored (torch's cross-entropy `ignore_index`)."""
 
@@ -29,7 +31,12 @@ class Task:
     seq_len: int
 
     def generate(self, num_examples: int, seed: int) -> dict[str, np.ndarray]:
-        """Deterministic in (params, num_examples, seed); uses only `np.random.default_rng(seed)`."""
+        """Deterministic in (params, num_examples, seed): uses only `np.random.default_rng(seed)`.
+
+        `num_examples` must be an int >= 1 and `seed` an int >= 0 (else the `ValueError`).
+        """
+        require_int("num_examples", num_examples, 1)
+        require_int("seed", seed, 0)
         data = self._generate(num_examples, np.random.default_rng(seed))
         assert data["inputs"].shape == (num_examples, self.seq_len), data["inputs"].shape
         return data

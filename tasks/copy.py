@@ -1,0 +1,109 @@
+"""Copying a random string (Jelassi et al. 2024, "Repeat After Me: Transformers are Better than
+State Space Models at Copying").
+
+Tokens: 0 = pad, 1 = BOS, 2 = SEP, the alphabet is [3, vocab_size). Layout of one example with
+a string s_1 .. s_L (L tokens drawn i.i.d. uniformly from the alphabet), right-aligned:
+
+    pad ... pad  BOS  s_1 s_2 ... s_L  SEP  s_1 s_2 ... s_{L-1}
+                                       ^ label s_1, then each copied s_i is labelled s_{i+1}
+
+so the model reproduces the whole string after SEP: L labels per example, at SEP and at the
+first L-1 copied tokens (the copy's last token is not an input: nothing is scored after it,
+hence the minimum seq_len 2L + 1). Every other label is -100.
+
+Parameters: `vocab_size` (alphabet = vocab_size - 3), `seq_len`, `copy_len` (the longest string;
+None = the longest that fits, (seq_len - 1) // 2, so it grows with `with_seq_len`),
+`min_copy_len` (None = copy_len: all strings equally long; else each example's length is uniform
+in [min_copy_len, copy_len]).
+
+Slices: `copy_position` [N, T], at a scored position the index in the string of the token to
+output (0 = s_1), -1 elsewhere; `copy_len` [N], the example's string length.
+
+Failure: a fixed-size recurrent state holds about state_bits / log2(alphabet) tokens; past that
+the copy's accuracy falls with `copy_position` while softmax attention's does not.
+"""
+
+import numpy as np
+
+from common.checks import is_int, require, require_int
+from tasks import register
+from tasks.base import IGNORE, Task
+from tasks.sampling import chunk_rows, row_chunks
+
+PAD, BOS, SEP = 0, 1, 2
+FIRST_SYMBOL = 3
+
+
+@register("copy")
+class Copy(Task):
+    """Reproduce a random string after a separator."""
+
+    version = 1
+
+    def __init__(
+        self,
+        vocab_size: int = 32,
+        seq_len: int = 64,
+        copy_len: int | None = None,
+        min_copy_len: int | None = None,
+    ) -> None:
+        require_int("vocab_size", vocab_size, FIRST_SYMBOL + 2)
+        require_int("seq_len", seq_len, 3)
+        longest = (seq_len - 1) // 2
+        require(
+            copy_len is None or (is_int(copy_len) and 1 <= copy_len <= longest),
+            "copy_len",
+            copy_len,
+            f"None or an integer in [1, {longest}] (a string of L tokens needs seq_len >= 2L + 1)",
+        )
+        max_len = longest if copy_len is None else int(copy_len)
+        require(
+            min_copy_len is None or (is_int(min_copy_len) and 1 <= min_copy_len <= max_len),
+            "min_copy_len",
+            min_copy_len,
+            f"None or an integer in [1, {max_len}] (at most copy_len)",
+        )
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.copy_len = None if copy_len is None else int(copy_len)
+        self.min_copy_len = None if min_copy_len is None else int(min_copy_len)
+        self.max_len = max_len
+        self.min_len = max_len if min_copy_len is None else int(min_copy_len)
+
+    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        shape = (num_examples, self.seq_len)
+        out = {
+            "inputs": np.full(shape, PAD, dtype=np.int64),
+            "labels": np.full(shape, IGNORE, dtype=np.int64),
+            "copy_position": np.full(shape, -1, dtype=np.int64),
+            "copy_len": np.empty(num_examples, dtype=np.int64),
+        }
+        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
+            self._fill({key: array[rows] for key, array in out.items()}, rng)
+        return out
+
+    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        rows, length = out["inputs"].shape
+        if self.min_len == self.max_len:
+            lengths = np.full(rows, self.max_len, dtype=np.int64)
+        else:
+            lengths = rng.integers(self.min_len, self.max_len + 1, size=rows)
+        string = rng.integers(FIRST_SYMBOL, self.vocab_size, size=(rows, self.max_len))
+        index = np.arange(self.max_len)
+        sep = length - lengths  # SEP sits right before the L - 1 copied tokens at the end
+        row = np.broadcast_to(np.arange(rows)[:, None], string.shape)
+        in_string = index < lengths[:, None]
+        sep_col = sep[:, None]
+
+        inputs = out["inputs"]
+        inputs[np.arange(rows), sep - lengths - 1] = BOS
+        inputs[np.arange(rows), sep] = SEP
+        original = (row[in_string], (sep_col - lengths[:, None] + index)[in_string])
+        inputs[original] = string[in_string]
+        copied = index < lengths[:, None] - 1
+        inputs[row[copied], (sep_col + 1 + index)[copied]] = string[copied]
+        # The label at SEP + j (j = 0 .. L-1) is s_{j+1} = string[:, j].
+        scored = (row[in_string], (sep_col + index)[in_string])
+        out["labels"][scored] = string[in_string]
+        out["copy_position"][scored] = np.broadcast_to(index, string.shape)[in_string]
+        out["copy_len"][:] = lengths

@@ -1,0 +1,127 @@
+"""Needle in a haystack: find one key -> value pair at a chosen depth of a long random context
+(the synthetic form of Kamradt's 2023 "needle in a haystack" test, as in RULER, Hsieh et al. 2024).
+
+Tokens: 0 is never emitted; keys are drawn from [1, vocab_size // 2), values from
+[vocab_size // 2, vocab_size). Layout of one example (T = seq_len):
+
+    filler ... key value ... filler ... k' v' ... filler | key
+    `------------- context: T - 1 tokens ---------------'   ^ label: value
+
+- the needle `key value` starts at position p = round(depth * (T - 3)) (depth 0: the start of
+  the context, 1: right before the query);
+- `num_distractors` other pairs `k' v'` with keys distinct from each other and from the needle's
+  (values are distinct too) sit at random 2-aligned positions that do not overlap the needle;
+- the last token is the needle's key; its label is the needle's value; every other label is -100;
+- filler is uniform over [1, vocab_size) minus every key of the example, so the query key
+  occurs exactly twice (needle and query) and each distractor key exactly once.
+
+Parameters: `vocab_size`, `seq_len`, `depth` (a float in [0, 1]; a list of floats, one picked
+uniformly per example; or "uniform": p uniform over [0, T - 3]), `num_distractors`.
+
+Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10 (the depth the needle actually got).
+
+Failure: a fixed-size state that has overwritten the needle by the time the query comes gets
+chance accuracy (about 1 / (vocab_size / 2)), mostly at low depth (far back); distractors test
+whether the retrieval is precise (another pair's value is the typical wrong answer).
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from common.checks import is_real, require, require_int
+from tasks import register
+from tasks.base import IGNORE, Task
+from tasks.sampling import (
+    chunk_rows,
+    depth_bins,
+    row_chunks,
+    sample_distinct,
+    sample_excluding,
+)
+
+Depth = float | list[float] | str
+
+
+def _is_depth(value: object) -> bool:
+    return is_real(value) and 0 <= value <= 1
+
+
+@register("needle")
+class Needle(Task):
+    """One key -> value needle at a given depth, optional distractor pairs, query at the end."""
+
+    version = 1
+
+    def __init__(
+        self,
+        vocab_size: int = 32,
+        seq_len: int = 32,
+        depth: Depth = "uniform",
+        num_distractors: int = 1,
+    ) -> None:
+        require_int("vocab_size", vocab_size, 4)
+        require_int("num_distractors", num_distractors, 0, vocab_size // 2 - 2)
+        # context T - 1 holds the needle and 2-aligned distractor slots, 2 of which it may block
+        require_int("seq_len", seq_len, 3 if num_distractors == 0 else 2 * num_distractors + 5)
+        is_uniform = isinstance(depth, str) and depth == "uniform"
+        is_list = isinstance(depth, Sequence) and not isinstance(depth, str)
+        require(
+            is_uniform
+            or _is_depth(depth)
+            or (is_list and len(depth) > 0 and all(_is_depth(d) for d in depth)),
+            "depth",
+            depth,
+            'a float in [0, 1], a non-empty list of such floats, or "uniform"',
+        )
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.depth: Depth = (
+            "uniform" if is_uniform else [float(d) for d in depth] if is_list else float(depth)
+        )
+        self.num_distractors = int(num_distractors)
+
+    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        out = {
+            "inputs": np.empty((num_examples, self.seq_len), dtype=np.int64),
+            "labels": np.full((num_examples, self.seq_len), IGNORE, dtype=np.int64),
+            "depth_bin": np.empty(num_examples, dtype=np.int64),
+        }
+        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
+            self._fill({key: array[rows] for key, array in out.items()}, rng)
+        return out
+
+    def _needle_starts(self, rows: int, rng: np.random.Generator) -> np.ndarray:
+        last = self.seq_len - 3  # the latest start: the value right before the query
+        if self.depth == "uniform":
+            return rng.integers(0, last + 1, size=rows)
+        if isinstance(self.depth, list):
+            depth = np.asarray(self.depth)[rng.integers(0, len(self.depth), size=rows)]
+        else:
+            depth = np.full(rows, self.depth)
+        return np.rint(depth * last).astype(np.int64)
+
+    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        inputs = out["inputs"]
+        rows, length = inputs.shape
+        vocab, half, m = self.vocab_size, self.vocab_size // 2, self.num_distractors
+        row = np.arange(rows)
+        keys = 1 + sample_distinct(rng, rows, half - 1, m + 1)  # column 0: the needle
+        values = half + sample_distinct(rng, rows, vocab - half, m + 1)
+        start = self._needle_starts(rows, rng)
+        inputs[:, : length - 1] = sample_excluding(rng, (rows, length - 1), 1, vocab, keys)
+        if m:
+            # distractor slot s covers [2s, 2s + 1]; the slots the needle touches are excluded
+            # (with an odd context the last token is on no slot: clip to the last slot)
+            num_slots = (length - 1) // 2
+            scores = rng.random((rows, num_slots))
+            scores[row, start // 2] = np.inf
+            scores[row, np.minimum((start + 1) // 2, num_slots - 1)] = np.inf
+            slots = np.argpartition(scores, m - 1, axis=1)[:, :m]
+            inputs[row[:, None], 2 * slots] = keys[:, 1:]
+            inputs[row[:, None], 2 * slots + 1] = values[:, 1:]
+        inputs[row, start] = keys[:, 0]
+        inputs[row, start + 1] = values[:, 0]
+        inputs[:, length - 1] = keys[:, 0]
+        out["labels"][:, length - 1] = values[:, 0]
+        out["depth_bin"][:] = depth_bins(start, length - 3)

@@ -1,0 +1,113 @@
+"""Vectorised sampling helpers shared by the task generators.
+
+Every function takes the caller's `np.random.Generator` (never the global RNG) and works on a
+block of rows (examples) at once; callers bound memory by filling their output arrays in
+chunks of rows (`chunk_rows`, `row_chunks`), so nothing here loops over examples in Python.
+A chunk size derived from the task's parameters keeps (params, seed) -> data deterministic.
+"""
+
+import numpy as np
+
+ROW_BUDGET = 1 << 20
+"""Elements per chunk of a [rows, seq_len] array (8 MiB of int64)."""
+BITMAP_BUDGET = 1 << 24
+"""Elements per chunk of a [rows, vocab_size] bitmap (16 MiB of bool)."""
+
+
+def chunk_rows(seq_len: int, vocab_size: int) -> int:
+    """How many examples to generate at once: bounds the per-chunk arrays' memory."""
+    return max(1, min(ROW_BUDGET // max(1, seq_len), BITMAP_BUDGET // max(1, vocab_size)))
+
+
+def row_chunks(num_examples: int, chunk_size: int) -> list[slice]:
+    """Consecutive row slices of at most `chunk_size` covering range(num_examples)."""
+    return [slice(a, min(a + chunk_size, num_examples)) for a in range(0, num_examples, chunk_size)]
+
+
+def sample_weighted_distinct(
+    rng: np.random.Generator, weights: np.ndarray, num_rows: int, k: int
+) -> np.ndarray:
+    """[num_rows, k] indices into `weights`, distinct within a row, in order of drawing.
+
+    Exponential race (Gumbel-top-k in another form): with E_i ~ Exp(1) i.i.d., the k smallest
+    E_i / weights[i], sorted ascending, have the distribution of k sequential draws without
+    replacement with p(i) proportional to weights[i] (column j = draw j); -log(E_i / w_i) is
+    log w_i plus Gumbel noise.
+    """
+    size = weights.shape[0]
+    scores = rng.standard_exponential(size=(num_rows, size)) * (1.0 / weights)[None, :]
+    if k < size:
+        top = np.argpartition(scores, k - 1, axis=1)[:, :k]
+    else:
+        top = np.broadcast_to(np.arange(size), (num_rows, size))
+    order = np.argsort(np.take_along_axis(scores, top, axis=1), axis=1)
+    return np.take_along_axis(top, order, axis=1)
+
+
+def sample_distinct(
+    rng: np.random.Generator, num_rows: int, population: int, k: int, method: str = "auto"
+) -> np.ndarray:
+    """[num_rows, k] int64 draws from range(population), distinct within a row, uniformly ordered.
+
+    Each row is a uniformly random ordered k-subset. `method`: "floyd" (Floyd's algorithm over
+    the k slots, O(k^2) per row, best when k is small next to the population), "sort" (the k
+    smallest of `population` random scores, O(population) per row), "auto" picks the cheaper.
+    """
+    if not 0 <= k <= population:
+        raise ValueError(f"k={k!r} is invalid: must be an integer in [0, population={population}]")
+    if method == "auto":
+        method = "floyd" if k * k <= 20 * population else "sort"
+    if method == "sort":
+        return sample_weighted_distinct(rng, np.ones(population), num_rows, k).astype(np.int64)
+    if method != "floyd":
+        raise ValueError(f"method={method!r} is invalid: must be one of auto, floyd, sort")
+    chosen = np.empty((num_rows, k), dtype=np.int64)
+    for m, top in enumerate(range(population - k, population)):
+        draw = rng.integers(0, top + 1, size=num_rows)
+        if m:  # Floyd: a draw already taken is replaced by `top`, which no earlier step could take
+            draw = np.where((chosen[:, :m] == draw[:, None]).any(axis=1), top, draw)
+        chosen[:, m] = draw
+    # Floyd gives a uniform subset but not a uniform order: shuffle each row.
+    return rng.permuted(chosen, axis=1)
+
+
+def sample_excluding(
+    rng: np.random.Generator, shape: tuple[int, int], low: int, high: int, excluded: np.ndarray
+) -> np.ndarray:
+    """int64 array of `shape`: uniform over [low, high) minus the tokens in `excluded[row]`.
+
+    `excluded` is int [shape[0], m] with entries in [0, high); at least one token of [low, high)
+    must stay allowed in each row. Rejection sampling: forbidden draws are redrawn until none is
+    left, so every kept token is uniform over the allowed set. Memory: a [rows, high] bitmap.
+    """
+    rows, width = shape
+    banned = np.zeros((rows, high), dtype=bool)
+    offsets = np.arange(rows)[:, None] * high  # flat index of row r, token t: r * high + t
+    banned.ravel()[(offsets + excluded).ravel()] = True
+    banned = banned.ravel()
+    out = rng.integers(low, high, size=shape)
+    bad = np.flatnonzero(banned[offsets + out])
+    while bad.size:
+        redraw = rng.integers(low, high, size=bad.size)
+        out.flat[bad] = redraw
+        bad = bad[banned[(bad // width) * high + redraw]]
+    return out
+
+
+def sample_block_starts(
+    rng: np.random.Generator, num_rows: int, length: int, num_blocks: int, block: int = 2
+) -> np.ndarray:
+    """[num_rows, num_blocks] sorted starts of non-overlapping `block`-token spans in [0, length).
+
+    Uniform over all such placements: choosing the blocks' positions in a line where each block
+    is shrunk to one token (length - num_blocks * (block - 1) places) and re-expanding them is a
+    bijection. Needs length >= num_blocks * block.
+    """
+    places = length - num_blocks * (block - 1)
+    picked = np.sort(sample_distinct(rng, num_rows, places, num_blocks), axis=1)
+    return picked + np.arange(num_blocks) * (block - 1)
+
+
+def depth_bins(position: np.ndarray, last: int, bins: int = 10) -> np.ndarray:
+    """int64 round(bins * position / last): 0 = at the start, `bins` = at `last` (last 0 -> 0)."""
+    return np.rint(bins * position / max(last, 1)).astype(np.int64)

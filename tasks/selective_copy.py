@@ -1,0 +1,91 @@
+"""Selective copying (MAD, Poli et al. 2024 "Mechanistic Design and Scaling of Hybrid
+Architectures"; also Gu & Dao 2023, Mamba): copy only the data tokens, in order, ignoring noise.
+
+Tokens: 0 is never emitted, 1 = SEP, noise tokens are [2, 2 + noise_vocab_size), data tokens
+[2 + noise_vocab_size, vocab_size). Layout of one example (k = num_tokens, T = seq_len):
+
+    noise d_1 noise noise d_2 ... d_k noise | SEP  d_1 d_2 ... d_{k-1}
+    `------- context: T - k tokens -------'    ^ label d_1, then each d_i is labelled d_{i+1}
+
+- the k data tokens are drawn i.i.d. uniformly from the data tokens (repeats allowed) and put at
+  k distinct positions of the context chosen uniformly; every other context position is noise
+  (one blank token when noise_vocab_size = 1, as in MAD; uniform noise tokens otherwise);
+- after SEP the data tokens are teacher-forced in order; k labels per example, at SEP and at the
+  first k - 1 copied tokens (so seq_len >= 2k); every other label is -100.
+Noise and data tokens are disjoint, so noise never looks like something to copy.
+
+Parameters: `vocab_size`, `seq_len`, `num_tokens` (k), `noise_vocab_size`.
+
+Slice: `copy_position` [N, T], at a scored position the index (0 = d_1) of the data token to
+output, -1 elsewhere.
+
+Failure: copying needs the data tokens' content *and* order kept while skipping a variable
+amount of noise; models whose state update cannot depend on the input (time-invariant
+recurrences) cannot select, and a fixed-size state loses tokens once k outgrows it.
+"""
+
+import numpy as np
+
+from common.checks import require_int
+from tasks import register
+from tasks.base import IGNORE, Task
+from tasks.sampling import chunk_rows, row_chunks, sample_distinct
+
+SEP = 1
+FIRST_NOISE = 2
+
+
+@register("selective_copy")
+class SelectiveCopy(Task):
+    """Copy the data tokens scattered among noise, in order, after a separator."""
+
+    version = 1
+
+    def __init__(
+        self,
+        vocab_size: int = 32,
+        seq_len: int = 64,
+        num_tokens: int = 8,
+        noise_vocab_size: int = 1,
+    ) -> None:
+        require_int("vocab_size", vocab_size, FIRST_NOISE + 3)
+        # at least two data tokens stay
+        require_int("noise_vocab_size", noise_vocab_size, 1, vocab_size - FIRST_NOISE - 2)
+        require_int("num_tokens", num_tokens, 1)
+        require_int("seq_len", seq_len, 2 * num_tokens)
+        self.vocab_size = int(vocab_size)
+        self.seq_len = int(seq_len)
+        self.num_tokens = int(num_tokens)
+        self.noise_vocab_size = int(noise_vocab_size)
+
+    @property
+    def first_data(self) -> int:
+        return FIRST_NOISE + self.noise_vocab_size
+
+    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        shape = (num_examples, self.seq_len)
+        out = {
+            "inputs": np.empty(shape, dtype=np.int64),
+            "labels": np.full(shape, IGNORE, dtype=np.int64),
+            "copy_position": np.full(shape, -1, dtype=np.int64),
+        }
+        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
+            self._fill({key: array[rows] for key, array in out.items()}, rng)
+        return out
+
+    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        inputs = out["inputs"]
+        rows, length = inputs.shape
+        k = self.num_tokens
+        context = length - k
+        data = rng.integers(self.first_data, self.vocab_size, size=(rows, k))
+        where = np.sort(sample_distinct(rng, rows, context, k), axis=1)
+        if self.noise_vocab_size == 1:
+            inputs[:, :context] = FIRST_NOISE
+        else:
+            inputs[:, :context] = rng.integers(FIRST_NOISE, self.first_data, size=(rows, context))
+        inputs[np.arange(rows)[:, None], where] = data
+        inputs[:, context] = SEP
+        inputs[:, context + 1 :] = data[:, : k - 1]
+        out["labels"][:, context:] = data
+        out["copy_position"][:, context:] = np.arange(k)

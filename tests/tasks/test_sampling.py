@@ -1,0 +1,92 @@
+"""The vectorised samplers: right support, no repeats, and the distributions they claim."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tasks.sampling import (
+    chunk_rows,
+    depth_bins,
+    row_chunks,
+    sample_block_starts,
+    sample_distinct,
+    sample_excluding,
+    sample_weighted_distinct,
+)
+
+
+def assert_close_counts(counts: np.ndarray, probs: np.ndarray, total: int) -> None:
+    """Each count within 5 binomial standard deviations of total * p."""
+    expected = total * probs
+    sigma = np.sqrt(total * probs * (1 - probs)) + 1e-9
+    assert np.all(np.abs(counts - expected) <= 5 * sigma), (counts, expected)
+
+
+@pytest.mark.parametrize("method", ["floyd", "sort", "auto"])
+def test_sample_distinct_is_a_uniform_ordered_subset(method):
+    rng = np.random.default_rng(0)
+    draws = sample_distinct(rng, 40_000, 5, 2, method=method)
+    assert draws.dtype == np.int64 and draws.shape == (40_000, 2)
+    assert np.all(draws[:, 0] != draws[:, 1]) and draws.min() >= 0 and draws.max() < 5
+    pairs = list(itertools.permutations(range(5), 2))
+    counts = np.array([np.sum((draws[:, 0] == a) & (draws[:, 1] == b)) for a, b in pairs])
+    assert_close_counts(counts, np.full(len(pairs), 1 / len(pairs)), len(draws))
+
+
+@pytest.mark.parametrize("method", ["floyd", "sort"])
+def test_sample_distinct_full_population_is_a_permutation(method):
+    draws = sample_distinct(np.random.default_rng(1), 1000, 7, 7, method=method)
+    assert np.array_equal(np.sort(draws, axis=1), np.broadcast_to(np.arange(7), (1000, 7)))
+    # every value lands in the first column about equally often
+    counts = np.bincount(draws[:, 0], minlength=7)
+    assert_close_counts(counts, np.full(7, 1 / 7), 1000)
+
+
+def test_sample_distinct_rejects_bad_arguments():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="k=6"):
+        sample_distinct(rng, 3, 5, 6)
+    with pytest.raises(ValueError, match="method='nope'"):
+        sample_distinct(rng, 3, 5, 2, method="nope")
+
+
+def test_weighted_draws_follow_sequential_sampling_without_replacement():
+    weights = np.array([5.0, 3.0, 1.0, 1.0])
+    p = weights / weights.sum()
+    n = 60_000
+    draws = sample_weighted_distinct(np.random.default_rng(2), weights, n, 3)
+    assert np.all(np.sort(draws, axis=1)[:, 1:] != np.sort(draws, axis=1)[:, :-1])
+    assert_close_counts(np.bincount(draws[:, 0], minlength=4), p, n)
+    # second draw: P(j) = sum_{i != j} p_i p_j / (1 - p_i)
+    second = np.array([sum(p[i] * p[j] / (1 - p[i]) for i in range(4) if i != j) for j in range(4)])
+    assert_close_counts(np.bincount(draws[:, 1], minlength=4), second, n)
+
+
+def test_sample_excluding_never_emits_an_excluded_token_and_is_uniform_otherwise():
+    rng = np.random.default_rng(3)
+    excluded = np.array([[1, 2, 3]] * 500 + [[4, 5, 6]] * 500)
+    out = sample_excluding(rng, (1000, 200), 1, 8, excluded)
+    assert out.shape == (1000, 200) and out.min() >= 1 and out.max() < 8
+    assert not np.any(out[:, :, None] == excluded[:, None, :])
+    first = np.bincount(out[:500].ravel(), minlength=8)[[4, 5, 6, 7]]
+    assert_close_counts(first, np.full(4, 0.25), 500 * 200)
+
+
+def test_row_chunks_cover_every_row_once():
+    chunks = row_chunks(10, 3)
+    assert [(c.start, c.stop) for c in chunks] == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert chunk_rows(256, 256) >= 1 and chunk_rows(10**9, 10**9) == 1
+
+
+def test_block_starts_are_uniform_over_non_overlapping_placements():
+    starts = sample_block_starts(np.random.default_rng(4), 30_000, 5, 2)  # 2 pairs in 5 tokens
+    configs = [(0, 2), (0, 3), (1, 3)]  # every way to place them
+    counts = np.array([np.sum((starts[:, 0] == a) & (starts[:, 1] == b)) for a, b in configs])
+    assert counts.sum() == 30_000
+    assert_close_counts(counts, np.full(3, 1 / 3), 30_000)
+
+
+def test_depth_bins_round_to_tenths():
+    assert depth_bins(np.array([0, 4, 5, 20]), 20).tolist() == [0, 2, 2, 10]
+    assert depth_bins(np.array([0]), 0).tolist() == [0]

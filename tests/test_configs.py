@@ -1,0 +1,38 @@
+"""Each conf/task and conf/model yaml names its registry entry and lists exactly the
+constructor's parameters with the constructor's defaults (one source of truth)."""
+
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+from models import MIXERS
+from tasks import TASKS
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+HARNESS_KEYS = {"task": {"name", "eval_seq_lens"}, "model": {"name"}}
+
+
+def defaults(cls: type, skip: set[str]) -> dict:
+    params = inspect.signature(cls).parameters
+    return {n: p.default for n, p in params.items() if n not in skip}
+
+
+@pytest.mark.parametrize(
+    ("group", "registry", "skip"),
+    [("task", TASKS, set()), ("model", MIXERS, {"d_model"})],
+)
+def test_every_registry_entry_has_a_yaml_matching_its_signature(group, registry, skip) -> None:
+    files = {path.stem: path for path in (CONF / group).glob("*.yaml")}
+    assert sorted(files) == registry.names()
+    for name, path in files.items():
+        content = yaml.safe_load(path.read_text())
+        assert content["name"] == name
+        params = {k: v for k, v in content.items() if k not in HARNESS_KEYS[group]}
+        assert params == defaults(registry.get(name), skip), path
+
+
+def test_task_yamls_offer_length_generalisation() -> None:
+    for path in (CONF / "task").glob("*.yaml"):
+        assert yaml.safe_load(path.read_text())["eval_seq_lens"] == [], path

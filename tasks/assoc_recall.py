@@ -27,10 +27,8 @@ import numpy as np
 
 from common.checks import is_real, require, require_int
 from tasks import register
-from tasks.base import IGNORE, Task
+from tasks.base import Task
 from tasks.sampling import (
-    chunk_rows,
-    row_chunks,
     sample_distinct,
     sample_excluding,
     sample_weighted_distinct,
@@ -64,17 +62,7 @@ class AssocRecall(Task):
         """Two-token query slots after the context."""
         return (self.seq_len - 2 * self.num_kv_pairs) // 2
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        shape = (num_examples, self.seq_len)
-        out = {
-            "inputs": np.empty(shape, dtype=np.int64),
-            "labels": np.full(shape, IGNORE, dtype=np.int64),
-            "query_index": np.full(shape, -1, dtype=np.int64),
-            "query_order": np.full(shape, -1, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    position_slices = ("query_index", "query_order")
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         """Write one chunk of examples into the views `out` (labels/slices prefilled)."""

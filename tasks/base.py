@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from common.checks import require_int
+from tasks.sampling import chunk_rows, row_chunks
 
 IGNORE = -100
 """Label of a position where nothing is scored (torch's cross-entropy `ignore_index`)."""
@@ -15,7 +16,8 @@ class Task:
     """Base class of every generator.
 
     Subclasses validate their parameters in `__init__` (raising the `ValueError` of
-    `common.checks`), set `vocab_size` and `seq_len`, and implement `_generate`.
+    `common.checks`), set `vocab_size` and `seq_len`, name their slices, and implement `_fill`
+    (or `_generate`).
     `generate(n, seed)` returns a dict of numpy arrays:
 
     - `inputs` int64 [n, seq_len], tokens in [0, vocab_size)
@@ -41,7 +43,29 @@ class Task:
         assert data["inputs"].shape == (num_examples, self.seq_len), data["inputs"].shape
         return data
 
+    position_slices: tuple[str, ...] = ()
+    """Per-position slice keys ([N, seq_len], -1 where the position has no value)."""
+    example_slices: tuple[str, ...] = ()
+    """Per-example slice keys ([N])."""
+
     def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Allocate inputs (0), labels (-100) and slices (-1), then `_fill` them in chunks of
+        rows, so memory stays bounded whatever `num_examples`."""
+        shape = (num_examples, self.seq_len)
+        out = {
+            "inputs": np.zeros(shape, dtype=np.int64),
+            "labels": np.full(shape, IGNORE, dtype=np.int64),
+        }
+        out.update({name: np.full(shape, -1, dtype=np.int64) for name in self.position_slices})
+        out.update(
+            {name: np.full(num_examples, -1, dtype=np.int64) for name in self.example_slices}
+        )
+        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
+            self._fill({key: array[rows] for key, array in out.items()}, rng)
+        return out
+
+    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        """Write one chunk of rows of every array of `_generate` in place."""
         raise NotImplementedError
 
     def params(self) -> dict[str, Any]:

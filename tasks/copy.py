@@ -27,8 +27,7 @@ import numpy as np
 
 from common.checks import is_int, require, require_int
 from tasks import register
-from tasks.base import IGNORE, Task
-from tasks.sampling import chunk_rows, row_chunks
+from tasks.base import Task
 
 PAD, BOS, SEP = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -70,17 +69,8 @@ class Copy(Task):
         self.max_len = max_len
         self.min_len = max_len if min_copy_len is None else int(min_copy_len)
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        shape = (num_examples, self.seq_len)
-        out = {
-            "inputs": np.full(shape, PAD, dtype=np.int64),
-            "labels": np.full(shape, IGNORE, dtype=np.int64),
-            "copy_position": np.full(shape, -1, dtype=np.int64),
-            "copy_len": np.empty(num_examples, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    position_slices = ("copy_position",)
+    example_slices = ("copy_len",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         rows, length = out["inputs"].shape

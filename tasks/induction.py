@@ -26,8 +26,8 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import IGNORE, Task
-from tasks.sampling import chunk_rows, depth_bins, row_chunks, sample_excluding
+from tasks.base import Task
+from tasks.sampling import depth_bins, sample_excluding
 
 
 @register("induction")
@@ -42,15 +42,7 @@ class Induction(Task):
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        out = {
-            "inputs": np.empty((num_examples, self.seq_len), dtype=np.int64),
-            "labels": np.full((num_examples, self.seq_len), IGNORE, dtype=np.int64),
-            "depth_bin": np.empty(num_examples, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    example_slices = ("depth_bin",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

@@ -31,11 +31,9 @@ import numpy as np
 
 from common.checks import is_real, require, require_int
 from tasks import register
-from tasks.base import IGNORE, Task
+from tasks.base import Task
 from tasks.sampling import (
-    chunk_rows,
     depth_bins,
-    row_chunks,
     sample_distinct,
     sample_excluding,
 )
@@ -81,15 +79,7 @@ class Needle(Task):
         )
         self.num_distractors = int(num_distractors)
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        out = {
-            "inputs": np.empty((num_examples, self.seq_len), dtype=np.int64),
-            "labels": np.full((num_examples, self.seq_len), IGNORE, dtype=np.int64),
-            "depth_bin": np.empty(num_examples, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    example_slices = ("depth_bin",)
 
     def _needle_starts(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         last = self.seq_len - 3  # the latest start: the value right before the query

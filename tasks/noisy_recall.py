@@ -36,8 +36,8 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import IGNORE, Task
-from tasks.sampling import chunk_rows, row_chunks, sample_block_starts, sample_distinct
+from tasks.base import Task
+from tasks.sampling import sample_block_starts, sample_distinct
 
 
 @register("noisy_recall")
@@ -80,16 +80,7 @@ class NoisyRecall(Task):
     def first_value(self) -> int:
         return self.first_key + self.num_keys
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        shape = (num_examples, self.seq_len)
-        out = {
-            "inputs": np.empty(shape, dtype=np.int64),
-            "labels": np.full(shape, IGNORE, dtype=np.int64),
-            "query_index": np.full(shape, -1, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    position_slices = ("query_index",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

@@ -28,8 +28,8 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import IGNORE, Task
-from tasks.sampling import chunk_rows, row_chunks, sample_distinct
+from tasks.base import Task
+from tasks.sampling import sample_distinct
 
 SEP = 1
 FIRST_NOISE = 2
@@ -62,16 +62,7 @@ class SelectiveCopy(Task):
     def first_data(self) -> int:
         return FIRST_NOISE + self.noise_vocab_size
 
-    def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        shape = (num_examples, self.seq_len)
-        out = {
-            "inputs": np.empty(shape, dtype=np.int64),
-            "labels": np.full(shape, IGNORE, dtype=np.int64),
-            "copy_position": np.full(shape, -1, dtype=np.int64),
-        }
-        for rows in row_chunks(num_examples, chunk_rows(self.seq_len, self.vocab_size)):
-            self._fill({key: array[rows] for key, array in out.items()}, rng)
-        return out
+    position_slices = ("copy_position",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

@@ -22,6 +22,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 from harness.results import read_summary  # noqa: E402
 from harness.tables import print_table, write_csv  # noqa: E402
@@ -151,6 +152,7 @@ def plot_lines(points, columns, x_key, title, path, logx=False, note="") -> Path
         ax.set(title=f"{task}: {title}", xlabel=x_key, ylabel="test accuracy", ylim=(-0.02, 1.02))
         if logx:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if note:

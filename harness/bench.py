@@ -10,8 +10,9 @@ Sections (each a table printed, a CSV in `--out`, default `bench_out/`):
   within a per-cell time budget. The chunk kernel's useful FLOPs (analytic) give GFLOP/s,
   compared with the machine's fp32 matmul peak (`peak`). `crossover`: the T at which each
   linear form overtakes softmax (pitfall 1), by log-log interpolation of the measured ratio.
-- `decode`: per-token latency of `mixer.step` (batch 1) and the state it holds after T tokens
-  (flat for recurrent mixers, the KV cache growing for softmax).
+- `decode`: per-token latency of `mixer.step` (batch 1, one thread) and the state it holds
+  after T tokens (flat for recurrent mixers, the KV cache growing for softmax). The state at
+  T is reached by stepping T tokens; softmax's KV cache is built at once (`kv_cache`).
 - `tasks`: data generation throughput of every registered task.
 - `lightning`: one training step under Lightning (`RecallModule`) against a bare torch loop on
   the same model, batch and optimizer.
@@ -33,11 +34,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
 
 from harness.tables import print_table, save_plot, write_csv
 from models import MIXERS, build_mixer
@@ -64,12 +66,12 @@ class Settings:
     head_dim: int = 32
     chunk_size: int = 64
     max_call_s: float = 20.0  # skip a cell whose one forward+backward is estimated longer
-    single_shot_s: float = 3.0  # above this estimate: no warm-up, one timed call
-    cell_budget_s: float = 3.0  # timed repetitions stop once they add up to this
-    max_reps: int = 5
+    single_shot_s: float = 2.0  # above this estimate: no warm-up, one timed call
+    cell_budget_s: float = 1.5  # timed repetitions stop once they add up to this
+    max_reps: int = 3
     mem_fraction: float = 0.5  # skip a cell estimated to need more of the free memory
     decode_steps: int = 20
-    decode_prefill_s: float = 15.0  # skip stepping a mixer to T if estimated longer
+    decode_prefill_s: float = 10.0  # skip stepping a mixer to T if estimated longer
     task_tokens: int = 2_000_000
     lightning_steps: int = 60
     lightning_warmup: int = 10
@@ -82,10 +84,18 @@ class Settings:
 
 def quick_settings(s: Settings) -> Settings:
     """The tiny version used by the tests: T = 64, 128, few repetitions."""
-    s.seq_lens = [64, 128]
+    s.seq_lens, s.max_call_s = [64, 128], math.inf  # every cell runs
     s.max_reps, s.cell_budget_s, s.decode_steps = 2, 0.5, 3
     s.task_tokens, s.lightning_steps, s.lightning_warmup, s.matmul_n = 100_000, 8, 3, 512
     return s
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (other work on the machine slows every number here)."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return None
 
 
 def sync(device: torch.device) -> None:
@@ -185,7 +195,7 @@ def chunk_flops(B: int, H: int, T: int, D: int, Dv: int, C: int) -> float:
     (2 L^2 D), scores V (2 L^2 Dv), the block's state K^T V and the query-state product
     Q S (2 L D Dv each). Elementwise work (masking, cumsum, normalisation) is not counted."""
     total, full = 0.0, T // C * C
-    for length, count in ((C, T // C), (T - full, 1 if T > full else 0)):
+    for length, count in ((C, T // C), (T - full, 1 if full < T else 0)):
         total += count * 2 * (length * length * (D + Dv) + 2 * length * D * Dv)
     return 3.0 * B * H * total
 
@@ -341,18 +351,20 @@ def time_call(call: Callable[[], None], s: Settings, estimate_s: float | None) -
 
 def extrapolate(history: list[tuple[int, float, float]], T: int, form: Form) -> tuple[float, float]:
     """(seconds, bytes) of one call at T from the last measured (T', seconds, bytes): scaled by
-    (T/T')^p, p = the larger of the form's declared exponent and the exponent fitted to the
-    last two points (so a form that grows faster than declared is caught)."""
+    (T/T')^p. p is the form's declared exponent, unless the last two points grew faster
+    (fitted p' > declared p): then a faster-growing term is taking over, and its share keeps
+    rising, so p = min(3, 2 p' - p) (e.g. a loop whose backward is O(T^2) behind an O(T)
+    forward). Conservative on purpose: a skipped cell costs nothing, a 2-minute one does."""
     T1, s1, b1 = history[-1]
-    p_time, p_mem = form.time_exp, form.mem_exp
+    exponents = [form.time_exp, form.mem_exp]
     if len(history) >= 2:
         T0, s0, b0 = history[-2]
-        span = math.log(T1 / T0)
-        if s0 > 0 and s1 > 0:
-            p_time = max(p_time, min(3.0, math.log(s1 / s0) / span))
-        if b0 > 0 and b1 > 0:
-            p_mem = max(p_mem, min(3.0, math.log(b1 / b0) / span))
-    return s1 * (T / T1) ** p_time, b1 * (T / T1) ** p_mem
+        for i, (a, b) in enumerate(((s0, s1), (b0, b1))):
+            if a > 0 and b > 0:
+                fitted = math.log(b / a) / math.log(T1 / T0)
+                if fitted > exponents[i]:
+                    exponents[i] = min(3.0, 2 * fitted - exponents[i])
+    return s1 * (T / T1) ** exponents[0], b1 * (T / T1) ** exponents[1]
 
 
 def run_grid(forms: list[Form], s: Settings, probe_T: int = 256) -> list[dict]:
@@ -368,7 +380,7 @@ def run_grid(forms: list[Form], s: Settings, probe_T: int = 256) -> list[dict]:
                 row["note"] = stopped
                 continue
             try:
-                if not history and T > 2 * probe_T:  # nothing to extrapolate from: probe
+                if not history and 2 * probe_T < T:  # nothing to extrapolate from: probe
                     m = time_call(form.make(probe_T), s, s.single_shot_s + 1)
                     history.append((probe_T, m.seconds, float(m.peak_bytes or 0)))
                 est_s, est_b = extrapolate(history, T, form) if history else (None, None)
@@ -474,9 +486,20 @@ def state_bytes(state: object) -> int:
     return 0
 
 
-@torch.no_grad()
 def decode_rows(s: Settings) -> list[dict]:
-    """Per-token latency of `mixer.step` (batch 1) after T tokens, and the state it holds."""
+    """Per-token latency of `mixer.step` (batch 1, one thread: the tensors are too small to
+    split, and a second thread only waits for a busy core) after T tokens, and the state it
+    holds."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            return _decode_rows(s)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _decode_rows(s: Settings) -> list[dict]:
     rows = []
     for name in MIXERS.names():
         mixer = make_mixer(name, s).eval()
@@ -500,7 +523,7 @@ def decode_rows(s: Settings) -> list[dict]:
                 for t in range(done, T):
                     _, state = mixer.step(xs[:, t], state)
                 sync(s.device)
-                if T > done:
+                if done < T:
                     step_s = (time.perf_counter() - t0) / (T - done)
                 done = T
             times = []
@@ -549,34 +572,52 @@ def task_rows(s: Settings) -> list[dict]:
 # ----------------------------------------------------------------------------- Lightning
 
 
+class RepeatBatch(Dataset):
+    """One batch, `times` times (a DataLoader with batch_size=None yields it as is)."""
+
+    def __init__(self, batch: dict[str, torch.Tensor], times: int) -> None:
+        self.batch, self.times = batch, times
+
+    def __len__(self) -> int:
+        return self.times
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.batch
+
+
 def lightning_rows(s: Settings, seq_len: int = 64, batch_size: int = 64) -> list[dict]:
     """Per-step time of N training steps under Lightning (harness `RecallModule`) and in a bare
     torch loop: same softmax model (d_model 64, 2 layers), same fixed MQAR batch, AdamW, same
     device; runs alternate (bare, Lightning, bare, Lightning), the faster of each kind counts."""
+    import logging
+    import warnings
+
     import lightning as L
 
     from harness.module import RecallModule
     from models.backbone import LanguageModel
 
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     task = build_task("assoc_recall", seq_len=seq_len)
     data = task.generate(batch_size, seed=0)
     batch = {key: torch.from_numpy(data[key]) for key in ("inputs", "labels")}
+    lr, wd, steps, warm = 2e-3, 0.1, s.lightning_steps, s.lightning_warmup
+    loader = DataLoader(RepeatBatch(batch, steps), batch_size=None)  # the same batch, N times
     torch.manual_seed(0)
     model = LanguageModel(task.vocab_size, seq_len, "softmax", {"n_heads": 2}, d_model=64).to(
         s.device
     )
     init = copy.deepcopy(model.state_dict())
-    lr, wd, steps, warm = 2e-3, 0.1, s.lightning_steps, s.lightning_warmup
 
     def bare() -> float:
         model.load_state_dict(init)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-        for i in range(steps):
+        for i, cpu_batch in enumerate(loader):
             if i == warm:
                 sync(s.device)
                 t0 = time.perf_counter()
-            b = {key: x.to(s.device) for key, x in batch.items()}
+            b = {key: x.to(s.device) for key, x in cpu_batch.items()}
             logits = model(b["inputs"])
             loss = F.cross_entropy(logits.flatten(0, 1), b["labels"].flatten(), ignore_index=IGNORE)
             opt.zero_grad(set_to_none=True)
@@ -599,20 +640,24 @@ def lightning_rows(s: Settings, seq_len: int = 64, batch_size: int = 64) -> list
     def lightning() -> float:
         model.load_state_dict(init)
         timer = StepTimer()
-        trainer = L.Trainer(
-            accelerator=s.device.type,
-            devices=1,
-            max_steps=steps,
-            logger=False,
-            enable_progress_bar=False,
-            enable_checkpointing=False,
-            enable_model_summary=False,
-            num_sanity_val_steps=0,
-            limit_val_batches=0,
-            callbacks=[timer],
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = L.Trainer(
+                accelerator=s.device.type,
+                devices=1,
+                max_steps=steps,
+                logger=False,
+                enable_progress_bar=False,
+                enable_checkpointing=False,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                limit_val_batches=0,
+                callbacks=[timer],
+            )
         module = RecallModule(model, lr, wd, [seq_len])
-        trainer.fit(module, train_dataloaders=[batch] * steps)
+        with warnings.catch_warnings():  # no validation loop, a plain DataLoader: on purpose
+            warnings.simplefilter("ignore")
+            trainer.fit(module, train_dataloaders=loader)
         return (timer.t1 - timer.t0) / (steps - warm)
 
     results: dict[str, list[float]] = {"bare torch loop": [], "lightning": []}
@@ -635,21 +680,15 @@ def lightning_rows(s: Settings, seq_len: int = 64, batch_size: int = 64) -> list
 # ----------------------------------------------------------------------------- report
 
 
-def pivot(rows: list[dict], value: str, Ts: list[int]) -> list[dict]:
-    """One row per form, one column per T; skipped cells say 'skip' (notes listed apart)."""
-    out = []
-    for form in dict.fromkeys(r["form"] for r in rows):
-        line: dict = {"form": form}
-        for r in rows:
-            if r["form"] == form:
-                v = r.get(value)
-                line[f"T={r['T']}"] = (
-                    ("skip" if "skip" in r.get("note", "") else "fail")
-                    if v is None and r.get("note")
-                    else v
-                )
-        out.append(line)
-    return out
+def pivot(rows: list[dict], value: str) -> list[dict]:
+    """One row per form, one column per T; a cell without a value shows 'skip' or 'fail'."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        cell = r.get(value)
+        if cell is None and r.get("note"):
+            cell = "skip" if r["note"].startswith("skip") else "fail"
+        out.setdefault(r["form"], {"form": r["form"]})[f"T={r['T']}"] = cell
+    return list(out.values())
 
 
 def memory_slope(rows: list[dict], form: str) -> float | None:
@@ -703,13 +742,9 @@ def targets(
     gf = [r for r in train if r["form"] == CHUNK_KERNEL and r.get("gflop_per_s")]
     if gf and peak:
         best = max(gf, key=lambda r: r["gflop_per_s"])
-        out.append(
-            {
-                "target": "chunk GFLOP/s vs matmul peak (report)",
-                "measured": f"{best['gflop_per_s']:.1f} of {peak:.0f} ({100 * best['gflop_per_s'] / peak:.0f}%) at T={best['T']}",
-                "holds": "-",
-            }
-        )
+        rate, share = best["gflop_per_s"], 100 * best["gflop_per_s"] / peak
+        measured = f"{rate:.1f} of {peak:.0f} ({share:.0f}%) at T={best['T']}"
+        out.append({"target": "chunk GFLOP/s vs matmul peak", "measured": measured, "holds": "-"})
     measured = [r["tokens_per_s"] for r in tasks if r.get("tokens_per_s")]
     add(
         "task generation >= 1M tokens/s (every task, every length)",
@@ -832,7 +867,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         torch.backends.cudnn.allow_tf32 = False
     out = Path(args.out)
     started = time.perf_counter()
+    load_start = load_average()
     print(
+        f"load average (1 min)={load_start} "
         f"device={s.device} threads={torch.get_num_threads()} B={s.batch} H={s.heads} "
         f"d={s.head_dim} T={s.seq_lens} chunk={s.chunk_size}"
     )
@@ -858,7 +895,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
             ("peak_mem_mb", "peak memory (MB)"),
         ):
             print(f"\n{title}, B={s.batch} H={s.heads} d={s.head_dim}")
-            print_table(pivot(train, value, s.seq_lens))
+            print_table(pivot(train, value))
         notes = [f"  {r['form']} T={r['T']}: {r['note']}" for r in train if r.get("note")]
         if notes:
             print("\nnotes:\n" + "\n".join(notes))
@@ -893,11 +930,26 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     )
     print("\nissue 6 targets")
     print_table(results["targets"])
+    results["run"] = [
+        {
+            "device": str(s.device),
+            "threads": torch.get_num_threads(),
+            "batch": s.batch,
+            "heads": s.heads,
+            "head_dim": s.head_dim,
+            "seq_lens": " ".join(map(str, s.seq_lens)),
+            "load_avg_start": load_start,
+            "load_avg_end": load_average(),
+            "wall_s": round(time.perf_counter() - started, 1),
+        }
+    ]
+    print(f"\nload average (1 min): {load_start} at the start, {load_average()} at the end")
     for name, rows in results.items():
         write_csv(rows, out / f"bench_{name}.csv")
     if "train" in results:
         plot(results["train"], results.get("decode", []), out / "bench.png")
-    print(f"\nwrote {out}/bench_*.csv and bench.png in {time.perf_counter() - started:.0f} s")
+    png = " and bench.png" if "train" in results else ""
+    print(f"\nwrote {out}/bench_*.csv{png} in {time.perf_counter() - started:.0f} s")
     return results
 
 

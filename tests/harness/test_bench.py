@@ -1,0 +1,92 @@
+"""The benchmark's quick run measures every kernel mode and every registered mixer."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from harness.bench import Form, Settings, chunk_flops, crossover, extrapolate, kernel_forms
+from models import MIXERS
+from tests.conftest import REPO
+
+
+def read(path: Path) -> list[dict]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_quick_bench_measures_every_kernel_mode_and_mixer(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.bench",
+            "--quick",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read(tmp_path / "bench_train.csv")
+    kernels = {f.name for f in kernel_forms(Settings(torch.device("cpu"), [64]))}
+    assert {"linear/chunk", "linear/parallel", "linear/recurrent", "linear/cumsum_naive",
+            "softmax_sdpa", "rwkv4_wkv/chunk", "delta_rule/recurrent"} <= kernels  # fmt: skip
+    for group, names in (("kernel", kernels), ("mixer", set(MIXERS.names()))):
+        for name in names:
+            for T in (64, 128):
+                row = [r for r in rows if (r["group"], r["form"], r["T"]) == (group, name, str(T))]
+                assert len(row) == 1, (group, name, T)
+                assert float(row[0]["tokens_per_s"]) > 0, row[0]
+                assert float(row[0]["peak_mem_mb"]) >= 0, row[0]
+    decode = read(tmp_path / "bench_decode.csv")
+    by = {(r["mixer"], int(r["T"])): r for r in decode}
+    # the KV cache doubles with T, a recurrent state does not change
+    assert float(by[("softmax", 128)]["state_kb"]) == 2 * float(by[("softmax", 64)]["state_kb"])
+    assert by[("linear", 128)]["state_kb"] == by[("linear", 64)]["state_kb"]
+    assert all(float(r["ms_per_token"]) > 0 for r in decode)
+    tasks = read(tmp_path / "bench_tasks.csv")
+    assert {r["task"] for r in tasks} >= {"assoc_recall"}
+    assert {r["loop"] for r in read(tmp_path / "bench_lightning.csv")} == {
+        "bare torch loop",
+        "lightning",
+    }
+    targets = {r["target"] for r in read(tmp_path / "bench_targets.csv")}
+    assert any("Lightning" in t for t in targets)
+    assert (tmp_path / "bench.png").stat().st_size > 0
+    assert "crossover T" in result.stdout
+
+
+def test_crossover_interpolates_in_log_log() -> None:
+    rows = [
+        {"form": "soft", "T": 256, "tokens_per_s": 400.0},
+        {"form": "soft", "T": 1024, "tokens_per_s": 100.0},
+        {"form": "lin", "T": 256, "tokens_per_s": 200.0},  # ratio 1/2
+        {"form": "lin", "T": 1024, "tokens_per_s": 200.0},  # ratio 2: crosses at the midpoint
+    ]
+    assert crossover(rows, "lin", "soft") == "~512"
+    assert crossover(rows, "soft", "lin").startswith("<= 256")
+    rows[3]["tokens_per_s"] = 50.0
+    assert crossover(rows, "lin", "soft").startswith("> 1024")
+
+
+def test_chunk_flops_and_extrapolation() -> None:
+    # one block of C = T: scores 2 T^2 D, scores V 2 T^2 Dv, two state products 2 T D Dv each
+    B, H, T, D = 1, 1, 64, 32
+    assert chunk_flops(B, H, T, D, D, 64) == 3 * (2 * T * T * 2 * D + 4 * T * D * D)
+    assert chunk_flops(2, 3, 100, D, D, 64) == 6 * (
+        chunk_flops(1, 1, 64, D, D, 64) + chunk_flops(1, 1, 36, D, D, 64)
+    )
+    form = Form("kernel", "x", lambda T: lambda: None, time_exp=1, mem_exp=1)
+    # memory doubled per doubling as declared: x2; time grew 2^1.5 per doubling, faster than
+    # declared: the next doubling is assumed to grow 2^(2 * 1.5 - 1) = 4x
+    seconds, memory = extrapolate([(100, 1.0, 10.0), (200, 2**1.5, 20.0)], 400, form)
+    assert abs(seconds - 4 * 2**1.5) < 1e-9 and abs(memory - 40.0) < 1e-9
+    assert extrapolate([(100, 1.0, 10.0)], 400, form) == (4.0, 40.0)  # one point: declared

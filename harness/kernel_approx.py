@@ -40,6 +40,7 @@ import torch
 from harness.tables import print_table, save_plot, write_csv
 from models.feature_maps import FavorFeatureMap, build_feature_map
 from models.kernels import linear_attention
+from models.mixers.kernel_attention import denominator_eps
 
 HEAD_DIM = 32
 DIMS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
@@ -52,9 +53,10 @@ VARIANTS = {
     "eq7_fp64": "eq. 7 as written, float64, eps 1e-6",
     "seqmax_fp32": "keys shifted by their max over the whole sequence (not causal), float32",
     "seqmax+1e-4_fp32": "the same plus 1e-4 on every feature (as performer-pytorch), float32",
-    "ours_fp32": "FavorFeatureMap: query max per token, key shift c = max|w|^2/2, float32",
+    "ours_fp32": "FavorFeatureMap: query max per token, key shift c = max|w|^2/2, the mixer's "
+    "eps (1e-12 e^-c), float32",
     "ours_fp64": "FavorFeatureMap in float64",
-    "ours_eps1e-30_fp32": "FavorFeatureMap with eps 1e-30 instead of 1e-6 e^-c, float32",
+    "ours_eps1e-30_fp32": "FavorFeatureMap with eps 1e-30 instead of the mixer's, float32",
     "runmax_eps1e-6_fp32": "keys shifted by their running (prefix) max (causal), float32, eps 1e-6",
     "runmax_fp32": "the same with eps 1e-30: the fix, float32",
 }
@@ -291,14 +293,14 @@ def numeric_variants(fmap: FavorFeatureMap, q: torch.Tensor, k: torch.Tensor, v:
     lq, lk = favor_logits(fmap, q32), favor_logits(fmap, k32)
     fq = torch.exp(lq - lq.amax(-1, keepdim=True)) * scale
     fk = torch.exp(lk - lk.amax((-1, -2), keepdim=True)) * scale  # max over the whole sequence
-    c = float(fmap.key_shift())
+    eps = denominator_eps(fmap)
     out = {
         "eq7_fp32": linear_outputs(favor_raw(fmap, q32), favor_raw(fmap, k32), v32, 1e-6),
         "eq7_fp64": linear_outputs(favor_raw(fmap, q), favor_raw(fmap, k), v, 1e-6),
         "seqmax_fp32": linear_outputs(fq, fk, v32, 1e-6),
         "seqmax+1e-4_fp32": linear_outputs(fq + 1e-4 * scale, fk + 1e-4 * scale, v32, 1e-6),
-        "ours_fp32": linear_outputs(fmap(q32, is_query=True), fmap(k32), v32, 1e-6 * math.exp(-c)),
-        "ours_fp64": linear_outputs(fmap(q, is_query=True), fmap(k), v, 1e-6 * math.exp(-c)),
+        "ours_fp32": linear_outputs(fmap(q32, is_query=True), fmap(k32), v32, eps),
+        "ours_fp64": linear_outputs(fmap(q, is_query=True), fmap(k), v, eps),
         "ours_eps1e-30_fp32": linear_outputs(fmap(q32, is_query=True), fmap(k32), v32, 1e-30),
         "runmax_eps1e-6_fp32": prefix_max_outputs(fmap, q32, k32, v32, 1e-6),
         "runmax_fp32": prefix_max_outputs(fmap, q32, k32, v32, 1e-30),

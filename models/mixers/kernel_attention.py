@@ -17,6 +17,17 @@ from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State, check
 SIGNED_FEATURE_MAPS = ("rff", "identity")
 
 
+def denominator_eps(feature_map: torch.nn.Module) -> float:
+    """The eps of eq. 9's denominator: 1e-6. FAVOR+ shifts every key by a constant c, so S
+    and z carry e^-c and its eps is scaled alike; it is also smaller (1e-12, floored within
+    fp32's range): positive features need eps only against 0/0, and a larger one swamps the
+    tiny kernel values of large-norm inputs."""
+    shift = getattr(feature_map, "key_shift", None)
+    if shift is None:
+        return 1e-6
+    return max(1e-12 * math.exp(-float(shift())), 1e-37)
+
+
 class KernelAttention(MultiHeadMixer):
     """o_t = phi(q_t)^T S_t / (phi(q_t)^T z_t + eps), S_t = S_{t-1} + phi(k_t) v_t^T,
     z_t = z_{t-1} + phi(k_t) (eq. 8-9). State per layer: H * (D * d_v + D) floats, D = the
@@ -50,10 +61,7 @@ class KernelAttention(MultiHeadMixer):
 
     @property
     def eps(self) -> float:
-        """1e-6, times e^-c when the feature map shifts every key by a constant c (FAVOR+):
-        S and z then carry the factor e^-c, and scaling eps alike keeps eq. 9 unchanged."""
-        shift = getattr(self.feature_map, "key_shift", None)
-        return 1e-6 * (math.exp(-float(shift())) if shift else 1.0)
+        return denominator_eps(self.feature_map)
 
     @property
     def feature_dim(self) -> int:

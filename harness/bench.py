@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from harness.tables import print_table, save_plot, write_csv
+from harness.threads import torch_threads
 from models import MIXERS, build_mixer
 from models.kernels import delta_rule, linear_attention, linear_attention_cumsum, rwkv4_wkv
 from models.kernels import softmax_attention as sdpa
@@ -490,13 +491,8 @@ def decode_rows(s: Settings) -> list[dict]:
     """Per-token latency of `mixer.step` (batch 1, one thread: the tensors are too small to
     split, and a second thread only waits for a busy core) after T tokens, and the state it
     holds."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            return _decode_rows(s)
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(1), torch.inference_mode():
+        return _decode_rows(s)
 
 
 def _decode_rows(s: Settings) -> list[dict]:

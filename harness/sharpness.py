@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from harness.tables import print_table, save_plot, write_csv
+from harness.threads import torch_threads
 from models.feature_maps import build_feature_map
 
 HEAD_DIM = 32
@@ -148,12 +149,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         "--threads", type=int, default=1, help="torch threads (small tensors: 1 is fastest)"
     )
     args = p.parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads or threads)
-    try:
+    with torch_threads(args.threads):
         return run_main(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def run_main(args: argparse.Namespace) -> dict[str, list[dict]]:

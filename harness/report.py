@@ -131,6 +131,19 @@ def label(point: dict, columns: list[str], exclude: tuple[str, ...]) -> str:
     return " ".join([point["model"], *extra])
 
 
+def determined_by(points: list[dict], x_key: str, columns: list[str]) -> list[str]:
+    """Columns whose value follows from `x_key` (swept together, e.g. seq_len = 8 x pairs):
+    they do not split a line into one-point lines."""
+    out = []
+    for column in columns:
+        values: dict[str, set[str]] = defaultdict(set)
+        for p in points:
+            values[json.dumps(p.get(x_key))].add(json.dumps(p.get(column)))
+        if all(len(v) == 1 for v in values.values()):
+            out.append(column)
+    return out
+
+
 def plot_lines(points, columns, x_key, title, path, logx=False, note="") -> Path | None:
     """Test accuracy against `x_key`, one line per model (and other varied parameters)."""
     points = [p for p in points if p.get(x_key) is not None]
@@ -139,10 +152,10 @@ def plot_lines(points, columns, x_key, title, path, logx=False, note="") -> Path
     tasks = sorted({p["task"] for p in points})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
+        mine = [p for p in points if p["task"] == task]
         lines: dict[str, list[dict]] = defaultdict(list)
-        for p in points:
-            if p["task"] == task:
-                lines[label(p, columns, (x_key,))].append(p)
+        for p in mine:
+            lines[label(p, columns, (x_key, *determined_by(mine, x_key, columns)))].append(p)
         for name, line in sorted(lines.items()):
             line.sort(key=lambda p: p[x_key])
             xs = [p[x_key] for p in line]

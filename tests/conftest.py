@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -37,3 +38,11 @@ def make_cfg(tmp_path: Path):
         return cfg
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def default_dtype_is_restored():
+    """A test may change torch's default dtype only for itself."""
+    dtype = torch.get_default_dtype()
+    yield
+    assert torch.get_default_dtype() == dtype, "a test leaked torch.set_default_dtype"

@@ -16,7 +16,16 @@ from models.kernels import linear_attention, linear_attention_cumsum
 from models.mixers.base import DenominatorCollapse
 from models.mixers.rwkv import token_shift
 
-torch.set_default_dtype(torch.float64)
+
+@pytest.fixture(autouse=True)
+def float64_by_default():
+    """float64 inside this module's tests only (collection must not change other modules)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
 D_MODEL = 16
 MODES = ("chunk", "parallel", "recurrent")
 ZOO = ("identity", "rff", "retnet", "rwkv", "based", "deltanet", "sliding_window")

@@ -46,13 +46,6 @@ def test_trigger_position_answer_and_filler_are_uniform():
     assert abs(same.mean() - 0.25) < 0.03
 
 
-def test_same_seed_same_data_other_seed_other_data():
-    task = build_task("induction")
-    a, b, c = task.generate(100, 5), task.generate(100, 5), task.generate(100, 6)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["inputs"], c["inputs"])
-
-
 @pytest.mark.parametrize(
     ("params", "name"),
     [

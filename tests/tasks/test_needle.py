@@ -95,13 +95,6 @@ def test_uniform_depth_covers_every_start_evenly():
     assert np.all(np.abs(counts - 200) < 5 * np.sqrt(200))
 
 
-def test_same_seed_same_data_other_seed_other_data():
-    task = build_task("needle")
-    a, b, c = task.generate(100, 5), task.generate(100, 5), task.generate(100, 6)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["inputs"], c["inputs"])
-
-
 @pytest.mark.parametrize(
     ("params", "name"),
     [

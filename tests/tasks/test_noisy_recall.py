@@ -76,13 +76,6 @@ def test_pairs_are_placed_uniformly_and_queries_pick_pairs_independently():
     assert abs(same - 0.25) < 5 * np.sqrt(0.25 * 0.75 / 4000)
 
 
-def test_same_seed_same_data_other_seed_other_data():
-    task = build_task("noisy_recall")
-    a, b, c = task.generate(100, 5), task.generate(100, 5), task.generate(100, 6)
-    assert all(np.array_equal(a[k], b[k]) for k in a)
-    assert not np.array_equal(a["inputs"], c["inputs"])
-
-
 @pytest.mark.parametrize(
     ("params", "name"),
     [

@@ -1,5 +1,8 @@
 """Shared fixtures: Hydra configs composed in-process, runs isolated in temp folders."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +49,29 @@ def default_dtype_is_restored():
     dtype = torch.get_default_dtype()
     yield
     assert torch.get_default_dtype() == dtype, "a test leaked torch.set_default_dtype"
+
+
+def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python run.py *args` in `cwd`, datasets cached under `cwd/cache`."""
+    return subprocess.run(
+        cli_command(*args), cwd=cwd, env=cli_env(cwd), capture_output=True, text=True, timeout=900
+    )
+
+
+def start_cli(cwd: Path, *args: str) -> subprocess.Popen:
+    """The same in the background (output discarded), e.g. to kill it."""
+    return subprocess.Popen(
+        cli_command(*args),
+        cwd=cwd,
+        env=cli_env(cwd),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, str(REPO / "run.py"), *args]
+
+
+def cli_env(cwd: Path) -> dict[str, str]:
+    return {**os.environ, "RECALL_HARNESS_CACHE": str(cwd / "cache")}

@@ -4,15 +4,13 @@ the uninterrupted result, runs are deterministic, W&B never blocks."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from harness.train import BadInput, build, run
-from tests.conftest import REPO, SMALL_RECALL
+from tests.conftest import SMALL_RECALL, run_cli, start_cli
 
 BAD_INPUTS = [
     (["model=linear", "model.mode=sideways"], "mode='sideways' is invalid: must be one of"),
@@ -37,16 +35,6 @@ def test_bad_input_names_parameter_value_and_allowed(make_cfg, overrides, messag
     assert message in str(caught.value)
 
 
-def cli(tmp_path: Path, *args: str, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
-    env = {**os.environ, "RECALL_HARNESS_CACHE": str(tmp_path / "cache")}
-    command = [sys.executable, str(REPO / "run.py"), *args]
-    if kw.get("background"):
-        return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)  # fmt: skip
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -56,7 +44,7 @@ def cli(tmp_path: Path, *args: str, **kw) -> subprocess.Popen | subprocess.Compl
     ],
 )
 def test_hydra_refuses_unknown_names_and_keys(tmp_path: Path, args, message) -> None:
-    result = cli(tmp_path, *args)
+    result = run_cli(tmp_path, *args)
     assert result.returncode != 0 and message in result.stderr
 
 
@@ -92,10 +80,10 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
         "threads=1",
         f"checkpoint.dir={tmp_path / 'ckpt'}",
     ]
-    whole = cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'whole'}")
+    whole = run_cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-2000:]
 
-    killed = cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'killed'}", background=True)
+    killed = start_cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'killed'}")
     deadline = time.time() + 300
     while not list((tmp_path / "ckpt").glob("*/last.ckpt")) and time.time() < deadline:
         time.sleep(0.2)
@@ -104,7 +92,7 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
     assert list((tmp_path / "ckpt").glob("*/last.ckpt")), "no checkpoint was written"
     assert not (tmp_path / "killed" / "results.json").exists()
 
-    resumed = cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'killed'}")
+    resumed = run_cli(tmp_path, *args, f"hydra.run.dir={tmp_path / 'killed'}")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     a = json.loads((tmp_path / "whole" / "results.json").read_text())
     b = json.loads((tmp_path / "killed" / "results.json").read_text())

@@ -2,16 +2,14 @@
 cost only themselves, the report renders, and jobs scale out through Hydra launchers."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.report import report
 from harness.results import read_summary
-from tests.conftest import REPO
+from tests.conftest import run_cli
 
 TINY = [
     "logger=none",
@@ -28,15 +26,7 @@ TINY = [
 
 
 def multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RECALL_HARNESS_CACHE": str(tmp_path / "cache")}
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), "-m", *TINY, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_cli(tmp_path, "-m", *TINY, *args)
 
 
 @pytest.mark.slow

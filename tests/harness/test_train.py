@@ -1,15 +1,12 @@
 """End to end: a run trains, tests and writes its record; softmax really learns recall."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from harness.train import BadInput, run
-from tests.conftest import REPO, SMALL_RECALL
+from tests.conftest import SMALL_RECALL, run_cli
 
 RECORD_KEYS = {
     "status", "task", "model", "task_params", "model_params", "seq_len", "seed",
@@ -47,23 +44,11 @@ def test_bad_input_raises_before_training_and_is_recorded(make_cfg, tmp_path: Pa
     assert saved["status"] == "failed" and "num_kv_pairs=20" in saved["error"]
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RECALL_HARNESS_CACHE": str(cwd / "cache")}
-    return subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 @pytest.mark.slow
 def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     small = [a for a in SMALL_RECALL if not a.startswith(("logger", "trainer.max_steps"))]
-    result = cli(
-        *small, "model=favor", "trainer.max_steps=30", f"hydra.run.dir={tmp_path}/run", cwd=tmp_path
+    result = run_cli(
+        tmp_path, *small, "model=favor", "trainer.max_steps=30", f"hydra.run.dir={tmp_path}/run"
     )
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -77,7 +62,7 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
 
 
 def test_cli_bad_input_is_one_clear_line(tmp_path: Path) -> None:
-    result = cli("model=favor", "model.feature_dim=0", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    result = run_cli(tmp_path, "model=favor", "model.feature_dim=0", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: feature_dim=0 is invalid")
     assert "Traceback" not in result.stderr

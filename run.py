@@ -11,7 +11,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from harness.train import BadInput, run, sweep_dir  # noqa: E402
+from harness.build import BadInput  # noqa: E402
+from harness.train import run, sweep_dir  # noqa: E402
 
 # `${mul:8,${task.num_kv_pairs}}` in presets ties one swept value to another.
 OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)

@@ -32,10 +32,23 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def parameters(self, name: str) -> dict[str, inspect.Parameter]:
+        """The constructor parameters of entry `name`, in order."""
+        return dict(inspect.signature(self.get(name)).parameters)
+
+    def defaults(self, name: str) -> dict[str, Any]:
+        """The constructor parameters of entry `name` that have a default, with that default
+        (the single source of truth for defaults: DESIGN.md "Conventions")."""
+        return {
+            key: p.default
+            for key, p in self.parameters(name).items()
+            if p.default is not inspect.Parameter.empty
+        }
+
     def build(self, name: str, **params: Any) -> Any:
         """Construct entry `name`; a parameter it does not take is a clear `ValueError`."""
         cls = self.get(name)
-        accepted = [p for p in inspect.signature(cls).parameters if p != "self"]
+        accepted = list(self.parameters(name))
         unknown = sorted(set(params) - set(accepted))
         if unknown:
             raise ValueError(

@@ -10,11 +10,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir")
 """Top-level config keys that do not change a run's outcome (where files go, logging)."""
 HASH_EXCLUDED_DATA = ("cache_dir",)
+HARNESS_KEYS = ("name", "eval_seq_lens")
+"""Keys of a `task`/`model` group that are the harness's, not the constructor's."""
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -53,6 +56,49 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def params_of(cfg_group: DictConfig) -> dict:
+    """A registry entry's parameters: its yaml group without the harness's own keys."""
+    params = OmegaConf.to_container(cfg_group, resolve=True)
+    for key in HARNESS_KEYS:
+        params.pop(key, None)
+    return params
+
+
+def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
+    """The record of a run that has not finished yet: status `failed` until it does."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {
+        "status": "failed",
+        "task": cfg.task.name,
+        "model": cfg.model.name,
+        "task_params": params_of(cfg.task),
+        "model_params": params_of(cfg.model),
+        "seq_len": cfg.task.get("seq_len"),
+        "seed": cfg.seed,
+        "config_hash": digest,
+        "num_params": None,
+        "state": None,
+        "metrics": {},
+        "train": None,
+        "wandb": None,
+        "run_dir": str(run_dir),
+        "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
+    }
+
+
+def state_record(model: torch.nn.Module, seq_len: int) -> dict:
+    """Recurrent state needed to produce the next token at `seq_len` (DESIGN.md `state`);
+    `model` is a `models.backbone.LanguageModel`."""
+    floats = model.state_size(seq_len)
+    bytes_per_float = next(model.parameters()).element_size()
+    return {
+        "floats_per_layer": floats,
+        "bytes_per_layer": floats * bytes_per_float,
+        "bytes_total": floats * bytes_per_float * len(model.blocks),
+        "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
+    }
 
 
 def write_record(run_dir: Path, record: dict) -> Path:

@@ -1,6 +1,6 @@
-"""One training run: build everything (validating input), fit, test, write `results.json`."""
+"""One training run, top-down: skip a finished job, build the parts (or refuse bad input),
+fit, test, and write `results.json` whatever happens (status ok, diverged or failed)."""
 
-import inspect
 import logging
 import os
 import time
@@ -13,101 +13,42 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
-from common.checks import require, require_int
+from harness.build import Parts, build, resolved_model_params
 from harness.checkpoint import SaveLast, checkpoint_path, discard, resumable
-from harness.data import TaskDataModule
-from harness.module import Diverged, RecallModule
-from harness.results import append_summary, config_hash, read_summary, write_record
+from harness.module import Diverged
+from harness.results import (
+    append_summary,
+    config_hash,
+    new_record,
+    read_summary,
+    state_record,
+    write_record,
+)
 from harness.tracking import finish_wandb, start_wandb
-from models import MIXERS
-from models.backbone import LanguageModel
 from models.mixers.base import DenominatorCollapse
-from tasks import Task, build_task
 
 log = logging.getLogger(__name__)
 
 
-class BadInput(ValueError):
-    """A user's mistake found before training: the message names parameter, value, allowed."""
+@dataclass(frozen=True)
+class Job:
+    """Where one run writes: its folder, its sweep's folder (None outside a multirun), its
+    config hash and its checkpoint."""
 
+    run_dir: Path
+    sweep: Path | None
+    digest: str
+    checkpoint: Path
 
-@dataclass
-class Parts:
-    task: Task
-    model: LanguageModel
-    data: TaskDataModule
-    module: RecallModule
-
-
-def params_of(cfg_group: DictConfig) -> dict:
-    """A registry entry's parameters: its yaml group without `name` (and harness-only keys)."""
-    params = OmegaConf.to_container(cfg_group, resolve=True)
-    params.pop("name")
-    params.pop("eval_seq_lens", None)
-    return params
-
-
-def resolved_model_params(cfg: DictConfig) -> dict:
-    """The mixer's parameters with the constructor's defaults filled in."""
-    signature = inspect.signature(MIXERS.get(cfg.model.name))
-    defaults = {
-        name: p.default
-        for name, p in signature.parameters.items()
-        if name != "d_model" and p.default is not inspect.Parameter.empty
-    }
-    return {**defaults, **params_of(cfg.model)}
-
-
-def build(cfg: DictConfig) -> Parts:
-    """Construct task, model and data, or raise `BadInput` before any training."""
-    try:
-        require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "> 0")
-        require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
-        require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
-        for key in ("num_train", "num_val", "num_test", "batch_size"):
-            require_int(f"data.{key}", cfg.data[key], 1)
-        task = build_task(cfg.task.name, **params_of(cfg.task))
-        eval_seq_lens = list(cfg.task.get("eval_seq_lens") or [])
-        torch.manual_seed(cfg.seed)
-        model = LanguageModel(
-            vocab_size=task.vocab_size,
-            max_seq_len=max([task.seq_len, *eval_seq_lens])
-            if cfg.backbone.pos_emb == "none"
-            else task.seq_len,
-            mixer=cfg.model.name,
-            mixer_params=params_of(cfg.model),
-            **cfg.backbone,
+    @classmethod
+    def of(cls, cfg: DictConfig) -> "Job":
+        digest = config_hash(cfg)
+        return cls(
+            output_dir(cfg), sweep_dir(), digest, checkpoint_path(cfg.checkpoint.dir, digest)
         )
-        data = TaskDataModule(
-            task,
-            num_train=cfg.data.num_train,
-            num_val=cfg.data.num_val,
-            num_test=cfg.data.num_test,
-            batch_size=cfg.data.batch_size,
-            seed=cfg.data.seed,
-            eval_seq_lens=eval_seq_lens,
-            cache_dir=cfg.data.cache_dir,
-        )
-        for seq_len in data.test_seq_lens:
-            model.check_length(seq_len)
-    except ValueError as error:
-        raise BadInput(str(error)) from error
-    module = RecallModule(model, cfg.optim.lr, cfg.optim.weight_decay, data.test_seq_lens)
-    return Parts(task, model, data, module)
-
-
-def state_record(model: LanguageModel, seq_len: int) -> dict:
-    """Recurrent state needed to produce the next token at `seq_len` (DESIGN.md `state`)."""
-    floats = model.state_size(seq_len)
-    bytes_per_float = next(model.parameters()).element_size()
-    return {
-        "floats_per_layer": floats,
-        "bytes_per_layer": floats * bytes_per_float,
-        "bytes_total": floats * bytes_per_float * len(model.blocks),
-        "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
-    }
 
 
 def sweep_dir() -> Path | None:
@@ -115,6 +56,12 @@ def sweep_dir() -> Path | None:
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         return Path(HydraConfig.get().sweep.dir)
     return None
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path(cfg.get("output_dir") or ".")
 
 
 def job_threads(cfg: DictConfig) -> int:
@@ -129,120 +76,126 @@ def job_threads(cfg: DictConfig) -> int:
     return 0
 
 
-def finished_record(cfg: DictConfig, digest: str) -> dict | None:
+def finished_record(cfg: DictConfig, job: Job) -> dict | None:
     """In a sweep with `resume=true`, the `ok` record of an earlier job with the same config."""
-    folder = sweep_dir()
-    if folder is None or not cfg.get("resume", True):
+    if job.sweep is None or not cfg.get("resume", True):
         return None
-    done = [r for r in read_summary(folder) if r.get("config_hash") == digest]
+    done = [r for r in read_summary(job.sweep) if r.get("config_hash") == job.digest]
     return next((r for r in done if r.get("status") == "ok"), None)
-
-
-def output_dir(cfg: DictConfig) -> Path:
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path(cfg.get("output_dir") or ".")
 
 
 def run(cfg: DictConfig) -> dict:
     """Train and test one config; always writes `results.json` (status ok/diverged/failed)."""
-    run_dir = output_dir(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    digest = config_hash(cfg)
-    done = finished_record(cfg, digest)
+    job = Job.of(cfg)
+    done = finished_record(cfg, job)
     if done is not None:
-        log.info("skipping: %s already has an ok record in the sweep (resume=true)", digest)
-        write_record(run_dir, done)
+        log.info("skipping: %s already has an ok record in the sweep (resume=true)", job.digest)
+        write_record(job.run_dir, done)
         return done
     if job_threads(cfg):
         torch.set_num_threads(job_threads(cfg))
-    record: dict = {
-        "status": "failed",
-        "task": cfg.task.name,
-        "model": cfg.model.name,
-        "task_params": params_of(cfg.task),
-        "model_params": params_of(cfg.model),
-        "seq_len": cfg.task.get("seq_len"),
-        "seed": cfg.seed,
-        "config_hash": digest,
-        "num_params": None,
-        "state": None,
-        "metrics": {},
-        "train": None,
-        "wandb": None,
-        "run_dir": str(run_dir),
-        "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
-    }
+    record = new_record(cfg, job.digest, job.run_dir)
     logger = None
     try:
         parts = build(cfg)
-        record.update(
-            task_params=parts.task.params(),
-            model_params=resolved_model_params(cfg),
-            seq_len=parts.task.seq_len,
-            num_params=sum(p.numel() for p in parts.model.parameters()),
-            state=state_record(parts.model, parts.task.seq_len),
-        )
-        name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
-        group = sweep_dir().name if sweep_dir() else None
-        logger = start_wandb(cfg.logger, run_dir, name, group, cfg.task.name, resolved)
-        ckpt = checkpoint_path(cfg.checkpoint.dir, digest)
-        trainer = L.Trainer(
-            **cfg.trainer,
-            logger=logger if logger is not None else False,
-            default_root_dir=run_dir,
-            enable_checkpointing=False,
-            callbacks=[
-                EarlyStopping(
-                    "val/acc",
-                    mode="max",
-                    patience=10**9,
-                    stopping_threshold=cfg.early_stop_acc,
-                    check_on_train_epoch_end=False,
-                ),
-                SaveLast(ckpt),
-            ],
-        )
-        resume_path, resumed_at = resumable(ckpt)
-        start = time.perf_counter()
-        try:
-            with warnings.catch_warnings():
-                # StepBatchSampler resumes mid-epoch exactly; Lightning cannot know that.
-                warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
-                trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
-        finally:
-            wall = time.perf_counter() - start
-            steps = trainer.global_step
-            tokens = (steps - resumed_at) * cfg.data.batch_size * parts.task.seq_len
-            record["train"] = {
-                "steps": steps,
-                "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
-                "wall_s": round(wall, 3),
-                "tokens_per_s": round(tokens / wall, 1),
-                "resumed_from_step": resumed_at,
-            }
-            record["metrics"].update(parts.module.val_results)
-        trainer.test(parts.module, datamodule=parts.data, verbose=False)
-        record["metrics"].update(parts.module.test_results)
+        describe(record, cfg, parts)
+        logger = start_logger(cfg, job, parts)
+        trainer = make_trainer(cfg, job, logger)
+        fit(cfg, job, trainer, parts, record)
+        test(trainer, parts, record)
         record["status"] = "ok"
-        discard(ckpt)
+        discard(job.checkpoint)
     except (Diverged, DenominatorCollapse) as error:
         record.update(status="diverged", error=str(error))
-        discard(ckpt)
+        discard(job.checkpoint)
     except BaseException as error:
         record["error"] = f"{type(error).__name__}: {error}"
         raise
     finally:
-        if logger is not None:
-            summary = {**record["metrics"], "state": record["state"], "status": record["status"]}
-            record["wandb"] = finish_wandb(logger, summary)
-        write_record(run_dir, record)
-        if sweep_dir() is not None:
-            append_summary(sweep_dir(), record)
+        finish(job, record, logger)
+    return record
+
+
+def describe(record: dict, cfg: DictConfig, parts: Parts) -> None:
+    """What the built parts add to the record: resolved parameters, size, state."""
+    record.update(
+        task_params=parts.task.params(),
+        model_params=resolved_model_params(cfg),
+        seq_len=parts.task.seq_len,
+        num_params=sum(p.numel() for p in parts.model.parameters()),
+        state=state_record(parts.model, parts.task.seq_len),
+    )
+
+
+def start_logger(cfg: DictConfig, job: Job, parts: Parts) -> Logger | None:
+    """The W&B logger of this run (None with `logger=none`)."""
+    name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
+    group = job.sweep.name if job.sweep else None
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return start_wandb(cfg.logger, job.run_dir, name, group, cfg.task.name, resolved)
+
+
+def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None) -> L.Trainer:
+    """Lightning's Trainer with early stopping at `early_stop_acc` and kill-safe checkpoints."""
+    return L.Trainer(
+        **cfg.trainer,
+        logger=logger if logger is not None else False,
+        default_root_dir=job.run_dir,
+        enable_checkpointing=False,
+        callbacks=[
+            EarlyStopping(
+                "val/acc",
+                mode="max",
+                patience=10**9,
+                stopping_threshold=cfg.early_stop_acc,
+                check_on_train_epoch_end=False,
+            ),
+            SaveLast(job.checkpoint),
+        ],
+    )
+
+
+def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dict) -> None:
+    """Train (resuming from the job's checkpoint if a killed run left one); the record's
+    `train` block and validation metrics are written even when training raises."""
+    resume_path, resumed_at = resumable(job.checkpoint)
+    start = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            # StepBatchSampler resumes mid-epoch exactly; Lightning cannot know that.
+            warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
+            trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
+    finally:
+        wall = time.perf_counter() - start
+        steps = trainer.global_step
+        tokens = (steps - resumed_at) * cfg.data.batch_size * parts.task.seq_len
+        record["train"] = {
+            "steps": steps,
+            "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
+            "wall_s": round(wall, 3),
+            "tokens_per_s": round(tokens / wall, 1),
+            "resumed_from_step": resumed_at,
+        }
+        record["metrics"].update(parts.module.val_results)
+
+
+def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
+    """Test at every test length with the trainer that fitted the model."""
+    trainer.test(parts.module, datamodule=parts.data, verbose=False)
+    record["metrics"].update(parts.module.test_results)
+
+
+def finish(job: Job, record: dict, logger: Logger | None) -> None:
+    """Close W&B, write `results.json`, append to the sweep's `summary.jsonl`."""
+    if logger is not None:
+        summary = {**record["metrics"], "state": record["state"], "status": record["status"]}
+        record["wandb"] = finish_wandb(logger, summary)
+    write_record(job.run_dir, record)
+    if job.sweep is not None:
+        append_summary(job.sweep, record)
     log.info(
         "test/acc=%s state floats/layer=%s -> %s",
         record["metrics"].get("test/acc"),
         (record["state"] or {}).get("floats_per_layer"),
-        run_dir / "results.json",
+        job.run_dir / "results.json",
     )
-    return record

@@ -31,7 +31,8 @@ WKVState = tuple[Tensor, Tensor, Tensor]  # (num, den, max exponent), each [B, C
 # ----------------------------------------------------------------------------- checks
 
 
-def _check_mode(mode: str, chunk_size: int) -> None:
+def check_mode(mode: str, chunk_size: int) -> None:
+    """`mode` is one of MODES and `chunk_size` an integer >= 1 (else the clear ValueError)."""
     require_choice("mode", mode, MODES)
     require_int("chunk_size", chunk_size, 1)
 
@@ -111,7 +112,7 @@ def linear_attention(
     Chunk mode holds [B, H, T/C, D, Dv] chunk states, never one state per step.
     State: (S [B, H, D, Dv], z [B, H, D]), decayed; returned as (o, state) if return_state.
     """
-    _check_mode(mode, chunk_size)
+    check_mode(mode, chunk_size)
     _check_qkv(q, k, v)
     B, H, T, D = q.shape
     Dv = v.shape[-1]
@@ -282,7 +283,7 @@ def rwkv4_wkv(
     "parallel"/"chunk" hold [B, T, L, C] for blocks of length L (per-channel decay: no matmul
     form), so their cost grows with L; chunk_size 8-16 is fastest on CPU.
     """
-    _check_mode(mode, chunk_size)
+    check_mode(mode, chunk_size)
     if k.dim() != 3 or v.shape != k.shape or k.shape[1] == 0:
         raise ValueError(
             f"expected k, v of the same shape [B, T, C] (T >= 1), got k {list(k.shape)},"
@@ -397,7 +398,7 @@ def delta_rule(
     K^T U; a loop over chunks carries S), "parallel" (the chunk form with a single chunk
     covering the whole sequence: a T x T triangular solve).
     """
-    _check_mode(mode, chunk_size)
+    check_mode(mode, chunk_size)
     _check_qkv(q, k, v)
     B, H, T, D = q.shape
     _check_shape("beta", beta, (B, H, T))

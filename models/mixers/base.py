@@ -3,9 +3,7 @@
 import torch
 from torch import nn
 
-from common.checks import require, require_choice, require_int
-
-MODES = ("chunk", "parallel", "recurrent")
+from common.checks import require, require_int
 
 
 class DenominatorCollapse(ArithmeticError):
@@ -68,8 +66,3 @@ class MultiHeadMixer(Mixer):
         """[B, H, T, head_dim] -> out-projected [B, T, d_model]."""
         b, h, t, d = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, h * d))
-
-
-def check_mode(mode: str, chunk_size: int) -> None:
-    require_choice("mode", mode, MODES)
-    require_int("chunk_size", chunk_size, 1)

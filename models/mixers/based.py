@@ -7,8 +7,8 @@ from torch import nn
 from common.checks import require_int
 from models import register
 from models.feature_maps import build_feature_map
-from models.kernels import linear_attention
-from models.mixers.base import MultiHeadMixer, State, check_mode
+from models.kernels import check_mode, linear_attention
+from models.mixers.base import MultiHeadMixer, State
 from models.mixers.sliding_window import SlidingWindowAttention
 
 

@@ -5,8 +5,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import register
-from models.kernels import delta_rule
-from models.mixers.base import MultiHeadMixer, State, check_mode
+from models.kernels import check_mode, delta_rule
+from models.mixers.base import MultiHeadMixer, State
 
 
 @register("deltanet")

@@ -11,8 +11,8 @@ import torch
 from common.checks import require, require_int
 from models import register
 from models.feature_maps import build_feature_map
-from models.kernels import linear_attention
-from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State, check_mode
+from models.kernels import check_mode, linear_attention
+from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State
 
 SIGNED_FEATURE_MAPS = ("rff", "identity")
 

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models import register
-from models.kernels import linear_attention
-from models.mixers.base import MultiHeadMixer, State, check_mode
+from models.kernels import check_mode, linear_attention
+from models.mixers.base import MultiHeadMixer, State
 
 
 def retnet_gammas(n_heads: int) -> torch.Tensor:

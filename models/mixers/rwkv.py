@@ -6,8 +6,8 @@ from torch import nn
 
 from common.checks import require_int
 from models import register
-from models.kernels import rwkv4_wkv
-from models.mixers.base import Mixer, State, check_mode
+from models.kernels import check_mode, rwkv4_wkv
+from models.mixers.base import Mixer, State
 
 
 def token_shift(x: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from common.checks import require_int
 from models import register
-from models.mixers.base import MultiHeadMixer, State, check_mode
+from models.kernels import check_mode
+from models.mixers.base import MultiHeadMixer, State
 
 
 def window_mask(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.train import BadInput, build, run
+from harness.build import BadInput, build
+from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli, start_cli
 
 BAD_INPUTS = [

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.train import BadInput, run
+from harness.build import BadInput
+from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli
 
 RECORD_KEYS = {

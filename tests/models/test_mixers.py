@@ -1,7 +1,5 @@
 """Every registered mixer: causal, modes agree, step() reproduces forward(), honest state size."""
 
-import inspect
-
 import pytest
 import torch
 
@@ -21,7 +19,7 @@ def float64_by_default():
 
 
 def recurrent_modes(name: str) -> list[str]:
-    has_mode = "mode" in inspect.signature(MIXERS.get(name)).parameters
+    has_mode = "mode" in MIXERS.parameters(name)
     return ["chunk", "parallel", "recurrent"] if has_mode else []
 
 
@@ -29,7 +27,7 @@ def make(name: str, **params) -> torch.nn.Module:
     """The mixer in float64; signed-feature mixers without their collapse guard (it is tested
     in test_zoo.py), so that inputs of any size can be compared across modes."""
     torch.manual_seed(0)
-    if "collapse_fraction" in inspect.signature(MIXERS.get(name)).parameters:
+    if "collapse_fraction" in MIXERS.parameters(name):
         params.setdefault("collapse_fraction", 1.0)
     return build_mixer(name, D_MODEL, **params).double()
 

@@ -2,17 +2,14 @@
 gammas and Exercise 4, Exercise 2, the delta rule's overwrite, the sliding window, RWKV's
 eq. 11, RFF's unclamped denominator, state memory after 16 vs 4096 steps, yaml == signature."""
 
-import inspect
 import math
-from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from models import MIXERS, build_mixer
+from models import build_mixer
 from models.backbone import LanguageModel
-from models.kernels import linear_attention, linear_attention_cumsum
+from models.kernels import MODES, linear_attention, linear_attention_cumsum
 from models.mixers.base import DenominatorCollapse
 from models.mixers.rwkv import token_shift
 
@@ -27,9 +24,7 @@ def float64_by_default():
 
 
 D_MODEL = 16
-MODES = ("chunk", "parallel", "recurrent")
 ZOO = ("identity", "rff", "retnet", "rwkv", "based", "deltanet", "sliding_window")
-CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
 
 
 def make(name: str, d_model: int = D_MODEL, **params) -> torch.nn.Module:
@@ -216,14 +211,6 @@ def test_based_default_state_size() -> None:
     assert mixer.feature_dim == 273
     assert mixer.state_size(64) == 2 * (273 * 32 + 273) + 2 * 16 * 64 == 20_066
     assert mixer.state_size(8) == 2 * (273 * 32 + 273) + 2 * 8 * 64
-
-
-@pytest.mark.parametrize("name", ZOO)
-def test_yaml_lists_the_constructor_defaults(name: str) -> None:
-    conf = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
-    signature = inspect.signature(MIXERS.get(name)).parameters
-    defaults = {k: p.default for k, p in signature.items() if k != "d_model"}
-    assert conf == {"name": name, **defaults}
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The sharpness theorem, measured: `python -m harness.sharpness [--out DIR] [--quick]`.
+"""The sharpness theorem, measured: `python -m studies.sharpness [--out DIR] [--quick]`.
 
 Notes, "Expressiveness Analysis" (eq. 12): softmax can make its attention arbitrarily close to
 one-hot by scaling the logits, linear attention cannot. Setup: T unit keys k_j (|k'| = 1,
@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from harness.tables import print_table, save_plot, write_csv
-from harness.threads import torch_threads
 from models.feature_maps import build_feature_map
+from studies.threads import torch_threads
 
 HEAD_DIM = 32
 BETAS = [2.0**e for e in range(-4, 11)]
@@ -140,7 +140,7 @@ def by_beta(rows: list[dict]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p = argparse.ArgumentParser(
-        prog="python -m harness.sharpness", description=__doc__.split("\n")[0]
+        prog="python -m studies.sharpness", description=__doc__.split("\n")[0]
     )
     p.add_argument("--out", default="bench_out")
     p.add_argument("--keys", type=int, default=64, help="number of keys T")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import kernel_approx, sharpness
+from studies import kernel_approx, sharpness
 
 
 def test_favor_error_falls_as_one_over_sqrt_d(tmp_path: Path) -> None:

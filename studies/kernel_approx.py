@@ -1,4 +1,4 @@
-"""How well each feature map approximates softmax: `python -m harness.kernel_approx [--quick]`.
+"""How well each feature map approximates softmax: `python -m studies.kernel_approx [--quick]`.
 
 The notes' claim "higher feature dim improves approximation quality", measured. For queries
 and keys q, k (head dim d) and x' = x d^(-1/4), the exact softmax kernel is
@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 
 from harness.tables import print_table, save_plot, write_csv
-from harness.threads import torch_threads
 from models.feature_maps import FavorFeatureMap, build_feature_map
 from models.kernels import linear_attention
 from models.mixers.kernel_attention import denominator_eps
+from studies.threads import torch_threads
 
 HEAD_DIM = 32
 DIMS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
@@ -396,7 +396,7 @@ def plot(rows: list[dict], slopes: list[dict], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p = argparse.ArgumentParser(
-        prog="python -m harness.kernel_approx", description=__doc__.split("\n")[0]
+        prog="python -m studies.kernel_approx", description=__doc__.split("\n")[0]
     )
     p.add_argument("--out", default="bench_out")
     p.add_argument("--quick", action="store_true", help="fewer D, draws, inputs; a short training")

@@ -1,4 +1,4 @@
-"""How fast, and why: `python -m harness.bench [--device auto|cpu|cuda] [--seq-lens ...] [--quick]`.
+"""How fast, and why: `python -m studies.bench [--device auto|cpu|cuda] [--seq-lens ...] [--quick]`.
 
 Sections (each a table printed, a CSV in `--out`, default `bench_out/`):
 
@@ -28,7 +28,6 @@ import argparse
 import copy
 import ctypes
 import gc
-import inspect
 import math
 import statistics
 import sys
@@ -42,11 +41,11 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from harness.tables import print_table, save_plot, write_csv
-from harness.threads import torch_threads
 from models import MIXERS, build_mixer
 from models.kernels import delta_rule, linear_attention, linear_attention_cumsum, rwkv4_wkv
 from models.kernels import softmax_attention as sdpa
 from models.mixers.softmax import SoftmaxAttention
+from studies.threads import torch_threads
 from tasks import IGNORE, TASKS, build_task
 
 SOFTMAX_KERNEL = "softmax_sdpa"
@@ -286,9 +285,7 @@ MODE_EXPS = {"chunk": (1, 1), "parallel": (2, 2), "recurrent": (1, 1)}
 
 def make_mixer(name: str, s: Settings) -> torch.nn.Module:
     """Registered mixer `name` with its defaults, d_model = heads x head_dim."""
-    params = (
-        {"n_heads": s.heads} if "n_heads" in inspect.signature(MIXERS.get(name)).parameters else {}
-    )
+    params = {"n_heads": s.heads} if "n_heads" in MIXERS.parameters(name) else {}
     torch.manual_seed(0)
     return build_mixer(name, d_model=s.d_model, **params).to(s.device)
 
@@ -811,7 +808,7 @@ def plot(train: list[dict], decode: list[dict], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m harness.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m studies.bench", description=__doc__.split("\n")[0])
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--seq-lens", default="256,1024,4096,16384")
     p.add_argument("--batch", type=int, default=16)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from harness.bench import Form, Settings, chunk_flops, crossover, extrapolate, kernel_forms
 from models import MIXERS
+from studies.bench import Form, Settings, chunk_flops, crossover, extrapolate, kernel_forms
 from tests.conftest import REPO
 
 
@@ -22,7 +22,7 @@ def test_quick_bench_measures_every_kernel_mode_and_mixer(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "harness.bench",
+            "studies.bench",
             "--quick",
             "--threads",
             "1",

@@ -7,7 +7,7 @@ from torch import nn
 from common.checks import require_int
 from models import register
 from models.feature_maps import build_feature_map
-from models.kernels import check_mode, linear_attention
+from models.kernels import check_mode, taylor_linear_attention
 from models.mixers.base import MultiHeadMixer, State
 from models.mixers.sliding_window import SlidingWindowAttention
 
@@ -48,15 +48,19 @@ class Based(MultiHeadMixer):
         """D, the number of Taylor features per head."""
         return self.feature_map.out_dim
 
-    def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """phi(q), phi(k): [B, H, T, D]; v: [B, H, T, head_dim]."""
+    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q', k' (the Taylor map's scaled inputs): [B, H, T, feature_dim]; v: [B, H, T,
+        head_dim]. phi(q') = the map's features, computed inside the kernel."""
         b, t, _ = x.shape
         qk = self.qk(x).view(b, t, 2, self.n_heads, self.key_dim).permute(2, 0, 3, 1, 4)
         v = self.value(x).view(b, t, self.n_heads, self.head_dim)
-        return self.feature_map(qk[0]), self.feature_map(qk[1]), v.transpose(1, 2)
+        scaled = self.feature_map.scaled
+        return scaled(qk[0]), scaled(qk[1]), v.transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        o = linear_attention(*self.features(x), mode=self.mode, chunk_size=self.chunk_size)
+        o = taylor_linear_attention(
+            *self.projections(x), mode=self.mode, chunk_size=self.chunk_size
+        )
         return self.merge_heads(o) + self.window_attention(x)
 
     def state_size(self, seq_len: int) -> int:
@@ -71,8 +75,11 @@ class Based(MultiHeadMixer):
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         S, z, keys, values = state
-        o, (S, z) = linear_attention(
-            *self.features(x[:, None]), mode="recurrent", initial_state=(S, z), return_state=True
+        o, (S, z) = taylor_linear_attention(
+            *self.projections(x[:, None]),
+            mode="recurrent",
+            initial_state=(S, z),
+            return_state=True,
         )
         y_window, (keys, values) = self.window_attention.step(x, (keys, values))
         return self.merge_heads(o)[:, 0] + y_window, (S, z, keys, values)

@@ -121,9 +121,13 @@ class FavorFeatureMap(RandomFeatureMap):
     def key_shift(self) -> torch.Tensor:
         return self.omega.pow(2).sum(dim=1).max() / 2
 
-    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The exponents of eq. 7 before any shift: w_i^T x' - |x'|^2 / 2 (at least fp32)."""
         xs = at_least_fp32(x) * self.head_dim**-0.25
-        logits = xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+        return xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        logits = self.logits(x)
         if is_query:
             shift = logits.amax(dim=-1, keepdim=True).detach()
         else:

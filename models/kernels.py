@@ -96,7 +96,7 @@ def linear_attention(
     normalize: bool = True,
     mode: str = "chunk",
     chunk_size: int = 64,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     initial_state: LinearState | None = None,
     return_state: bool = False,
 ) -> Tensor | tuple[Tensor, LinearState]:
@@ -148,7 +148,7 @@ def taylor_linear_attention(
     *,
     mode: str = "chunk",
     chunk_size: int = 64,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     initial_state: LinearState | None = None,
     return_state: bool = False,
 ) -> Tensor | tuple[Tensor, LinearState]:
@@ -185,7 +185,7 @@ def _linear_recurrent(
     v: Tensor,
     decay: Tensor | None,
     normalize: bool,
-    eps: float,
+    eps: float | Tensor,
     state: LinearState | None,
 ) -> tuple[Tensor, LinearState]:
     """The specification: one step of eq. 8-10 per token."""

@@ -1,0 +1,126 @@
+"""The `step` section: the training step users run. Tokens/s of one optimiser step (forward +
+backward + AdamW) of the default language model for every registered mixer, with the number
+of tokens per step held fixed (batch = tokens / T), as a ratio to softmax measured in the
+same run, and the peak memory of a step.
+
+The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
+(its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
+plus `Settings.step_overrides`. Steps of every mixer at one T are interleaved (one step of
+each, repeated), so that a change of machine load during the run slows every mixer alike;
+each mixer's time is its median step. Peak memory: the rise of the process's peak RSS over
+the first timed step, after a warm-up step that allocated AdamW's moments.
+"""
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from harness.results import params_of
+from models import MIXERS
+from models.backbone import LanguageModel
+from studies.bench.settings import Settings
+from studies.measure import PeakMemory, sync
+from studies.threads import torch_threads
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+REFERENCE = "softmax"
+
+
+def composed_config(model: str, overrides: list[str]) -> DictConfig:
+    """The config of `python run.py model=<model> <overrides>`."""
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"model={model}", "logger=none", *overrides])
+
+
+@dataclass
+class StepCell:
+    """One mixer at one T: its model, optimiser, fixed batch, and measured step times."""
+
+    name: str
+    model: LanguageModel
+    optimizer: torch.optim.Optimizer
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    times: list[float] = field(default_factory=list)
+    peak_bytes: int | None = None
+
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(self.tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), self.labels.flatten())
+        loss.backward()
+        self.optimizer.step()
+
+    def timed_step(self, device: torch.device) -> None:
+        sync(device)
+        t0 = time.perf_counter()
+        self.step()
+        sync(device)
+        self.times.append(time.perf_counter() - t0)
+
+
+def make_cell(name: str, T: int, s: Settings) -> StepCell:
+    """The default model with mixer `name` for length T, AdamW as configured, a batch of
+    `s.step_tokens // T` random token sequences (every position labelled)."""
+    cfg = composed_config(name, s.step_overrides)
+    torch.manual_seed(cfg.seed)
+    model = LanguageModel(
+        vocab_size=cfg.task.vocab_size,
+        max_seq_len=T,
+        mixer=name,
+        mixer_params=params_of(cfg.model),
+        **cfg.backbone,
+    ).to(s.device)
+    if s.compile:
+        model.compile()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+    )
+    batch = max(1, s.step_tokens // T)
+    g = torch.Generator().manual_seed(T)
+    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g).to(s.device)
+    return StepCell(name, model.train(), optimizer, tokens[:, :-1], tokens[:, 1:])
+
+
+def step_rows(s: Settings) -> list[dict]:
+    """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, peak memory."""
+    with torch_threads(s.step_threads):
+        return [row for T in s.step_seq_lens for row in rows_at(T, s)]
+
+
+def rows_at(T: int, s: Settings) -> list[dict]:
+    cells = [make_cell(name, T, s) for name in MIXERS.names()]
+    for cell in cells:
+        cell.step()  # warm-up: AdamW's moments (and a compiled graph) exist afterwards
+        memory = PeakMemory(s.device)
+        memory.start()
+        cell.timed_step(s.device)
+        cell.peak_bytes = memory.stop()
+    started = time.perf_counter()
+    while len(cells[0].times) < s.step_reps and time.perf_counter() - started < s.step_budget_s:
+        for cell in cells:
+            cell.timed_step(s.device)
+    print(f"  step T={T}: done", file=sys.stderr, flush=True)
+    seconds = {cell.name: statistics.median(cell.times) for cell in cells}
+    batch = cells[0].tokens.shape[0]
+    rows = []
+    for cell in cells:
+        row = {
+            "mixer": cell.name,
+            "T": T,
+            "batch": batch,
+            "tokens_per_s": round(batch * T / seconds[cell.name]),
+            "vs_softmax": round(seconds[REFERENCE] / seconds[cell.name], 2),
+            "ms_per_step": round(1e3 * seconds[cell.name], 1),
+            "steps": len(cell.times),
+            "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
+        }
+        rows.append(row)
+    return rows

@@ -70,6 +70,9 @@ def build(cfg: DictConfig) -> Parts:
         )
         for seq_len in data.test_seq_lens:
             model.check_length(seq_len)
+        require(isinstance(cfg.compile, bool), "compile", cfg.compile, "true or false")
+        if cfg.compile:
+            model.compile()  # in place: the same module, state_dict keys and checkpoints
     except ValueError as error:
         raise BadInput(str(error)) from error
     module = RecallModule(model, cfg.optim.lr, cfg.optim.weight_decay, data.test_seq_lens)

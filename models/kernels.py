@@ -197,8 +197,7 @@ def _linear_recurrent(
     g = torch.ones(H, dtype=q.dtype, device=q.device) if decay is None else decay.to(q.dtype)
     g_S, g_z = g[:, None, None], g[:, None]  # broadcast over S [B, H, D, Dv] and z [B, H, D]
     outs = []
-    for t in range(T):
-        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]
+    for q_t, k_t, v_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
         S = g_S * S + k_t[..., :, None] * v_t[..., None, :]
         z = g_z * z + k_t
         o_t = torch.einsum("bhd,bhde->bhe", q_t, S)
@@ -545,11 +544,12 @@ def _delta_recurrent(
     if S is None:
         S = q.new_zeros(B, H, D, v.shape[-1])
     outs = []
-    for t in range(T):
-        k_t, v_t, b_t = k[:, :, t], v[:, :, t], beta[:, :, t, None, None]
+    for q_t, k_t, v_t, b_t in zip(
+        q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), strict=True
+    ):
         recalled = torch.einsum("bhd,bhde->bhe", k_t, S)  # S^T k_t: what the memory holds at k_t
-        S = S + b_t * k_t[..., :, None] * (v_t - recalled)[..., None, :]
-        outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, t], S))
+        S = S + b_t[..., None, None] * k_t[..., :, None] * (v_t - recalled)[..., None, :]
+        outs.append(torch.einsum("bhd,bhde->bhe", q_t, S))
     return torch.stack(outs, 2), S
 
 

@@ -230,6 +230,7 @@ class _Chunks:
     ) -> tuple[Tensor, LinearState | None]:
         B, H, T, _ = q.shape
         Dv, n, log_g = v.shape[-1], T // C, self.log_g
+        q, k = q.contiguous(), k.contiguous()  # else each matmul below copies them again
         v = torch.cat([v, v.new_ones(B, H, T, 1)], -1)  # [v | 1]: the last column carries z
         qc, kc, vc = (x.reshape(B, H, n, C, x.shape[-1]) for x in (q, k, v))
         scores = qc @ kc.transpose(-1, -2)  # [B, H, n, C, C]

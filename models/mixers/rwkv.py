@@ -17,7 +17,7 @@ def token_shift(x: torch.Tensor) -> torch.Tensor:
 
 def mix(x: torch.Tensor, prev: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
     """Token shift interpolation mu * x_t + (1 - mu) * x_{t-1}, per channel."""
-    return mu * x + (1 - mu) * prev
+    return torch.lerp(prev, x, mu)
 
 
 @register("rwkv")

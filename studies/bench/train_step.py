@@ -1,19 +1,22 @@
 """The `step` section: the training step users run. Tokens/s of one optimiser step (forward +
 backward + AdamW) of the default language model for every registered mixer, with the number
 of tokens per step held fixed (batch = tokens / T), as a ratio to softmax measured in the
-same run, and the peak memory of a step.
+same run, and the peak memory of a step. One more row, NO_MIXER, is the same model with every
+mixer replaced by the identity: the rest of the model alone, the ceiling of any mixer's ratio.
 
 The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
 (its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
 plus `Settings.step_overrides`. Steps of every mixer at one T are interleaved (one step of
 each, repeated), so that a change of machine load during the run slows every mixer alike;
-each mixer's time is its median step. Peak memory: the rise of the process's peak RSS over
+each mixer's time is its median step, on the wall clock or (`--step-clock cpu`) the process's
+CPU time. Peak memory: the rise of the process's peak RSS over
 the first timed step, after a warm-up step that allocated AdamW's moments.
 """
 
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +34,7 @@ from studies.threads import torch_threads
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 REFERENCE = "softmax"
+NO_MIXER = "(no mixer)"  # the model with every mixer an identity: the ceiling of any ratio
 
 
 def composed_config(model: str, overrides: list[str]) -> DictConfig:
@@ -58,26 +62,29 @@ class StepCell:
         loss.backward()
         self.optimizer.step()
 
-    def timed_step(self, device: torch.device) -> None:
+    def timed_step(self, device: torch.device, clock: Callable[[], float]) -> None:
         sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         self.step()
         sync(device)
-        self.times.append(time.perf_counter() - t0)
+        self.times.append(clock() - t0)
 
 
 def make_cell(name: str, T: int, s: Settings) -> StepCell:
-    """The default model with mixer `name` for length T, AdamW as configured, a batch of
-    `s.step_tokens // T` random token sequences (every position labelled)."""
-    cfg = composed_config(name, s.step_overrides)
+    """The default model with mixer `name` (or NO_MIXER) for length T, AdamW as configured, a
+    batch of `s.step_tokens // T` random token sequences (every position labelled)."""
+    cfg = composed_config(REFERENCE if name == NO_MIXER else name, s.step_overrides)
     torch.manual_seed(cfg.seed)
     model = LanguageModel(
         vocab_size=cfg.task.vocab_size,
         max_seq_len=T,
-        mixer=name,
+        mixer=cfg.model.name,
         mixer_params=params_of(cfg.model),
         **cfg.backbone,
     ).to(s.device)
+    if name == NO_MIXER:
+        for block in model.blocks:
+            block.mixer = torch.nn.Identity()
     if s.compile:
         model.compile()
     optimizer = torch.optim.AdamW(
@@ -89,6 +96,11 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
     return StepCell(name, model.train(), optimizer, tokens[:, :-1], tokens[:, 1:])
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+"""`cpu`: the process's CPU time, which other processes' load distorts far less than wall
+time; meaningful with one thread on CPU only (it sums the threads' time, ignores a GPU's)."""
+
+
 def step_rows(s: Settings) -> list[dict]:
     """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, peak memory."""
     with torch_threads(s.step_threads):
@@ -96,17 +108,17 @@ def step_rows(s: Settings) -> list[dict]:
 
 
 def rows_at(T: int, s: Settings) -> list[dict]:
-    cells = [make_cell(name, T, s) for name in MIXERS.names()]
+    cells = [make_cell(name, T, s) for name in [*MIXERS.names(), NO_MIXER]]
     for cell in cells:
         cell.step()  # warm-up: AdamW's moments (and a compiled graph) exist afterwards
         memory = PeakMemory(s.device)
         memory.start()
-        cell.timed_step(s.device)
+        cell.timed_step(s.device, CLOCKS[s.step_clock])
         cell.peak_bytes = memory.stop()
     started = time.perf_counter()
     while len(cells[0].times) < s.step_reps and time.perf_counter() - started < s.step_budget_s:
         for cell in cells:
-            cell.timed_step(s.device)
+            cell.timed_step(s.device, CLOCKS[s.step_clock])
     print(f"  step T={T}: done", file=sys.stderr, flush=True)
     seconds = {cell.name: statistics.median(cell.times) for cell in cells}
     batch = cells[0].tokens.shape[0]

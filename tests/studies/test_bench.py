@@ -65,9 +65,10 @@ def test_quick_bench_measures_every_kernel_mode_and_mixer(tmp_path: Path) -> Non
     step = read(tmp_path / "bench_step.csv")
     for T, batch in ((32, 8), (64, 4)):  # --quick: 256 tokens per step at T = 32, 64
         at_T = {r["mixer"]: r for r in step if int(r["T"]) == T}
-        assert set(at_T) == set(MIXERS.names())
+        assert set(at_T) == {*MIXERS.names(), "(no mixer)"}
         assert float(at_T["softmax"]["vs_softmax"]) == 1.0
         assert all(int(r["batch"]) == batch and float(r["tokens_per_s"]) > 0 for r in at_T.values())
+        assert float(at_T["(no mixer)"]["vs_softmax"]) > 1  # the rest of the model alone
     assert "training step of the default model" in result.stdout
     targets = {r["target"] for r in read(tmp_path / "bench_targets.csv")}
     assert any("Lightning" in t for t in targets)

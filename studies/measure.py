@@ -14,6 +14,7 @@ import gc
 import logging
 import math
 import statistics
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,11 @@ def load_average() -> float | None:
         return float(Path("/proc/loadavg").read_text().split()[0])
     except OSError:
         return None
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+"""`cpu`: the process's CPU time, which other processes' load distorts far less than wall
+time; meaningful for one thread on CPU only (it sums the threads' time, ignores a GPU's)."""
 
 
 def sync(device: torch.device) -> None:

@@ -70,7 +70,7 @@ def show_train(rows: list[dict], s: Settings) -> None:
 
 
 def show_step(rows: list[dict], s: Settings) -> None:
-    where = f"{s.step_tokens} tokens per step, {s.step_threads} thread(s), {s.step_clock} clock"
+    where = f"{s.step_tokens} tokens per step, {s.step_threads} thread(s), {s.clock} clock"
     compiled = ", torch.compile" if s.compile else ""
     print(f"\ntraining step of the default model (forward + backward + AdamW), {where}{compiled}")
     print("tokens/s relative to softmax measured in the same run:")
@@ -113,10 +113,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Hydra override of the step section's model, e.g. backbone.short_conv=4",
     )
     p.add_argument(
-        "--step-clock",
+        "--clock",
         default="wall",
         choices=("wall", "cpu"),
-        help="cpu: time steps by the process's CPU time, robust to other load (one thread only)",
+        help="cpu: time by the process's CPU time, robust to other load (one thread only)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the step section's models")
     p.add_argument(
@@ -139,8 +139,9 @@ def lengths(flag: str, text: str) -> list[int]:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from the command line, or SystemExit naming the flag, value and what is allowed."""
-    if args.step_clock == "cpu" and (args.step_threads != 1 or args.device == "cuda"):
-        raise SystemExit("--step-clock=cpu is invalid here: it needs --step-threads 1 on CPU")
+    one_cpu_thread = args.threads == args.step_threads == 1 and args.device != "cuda"
+    if args.clock == "cpu" and not one_cpu_thread:
+        raise SystemExit("--clock=cpu is invalid here: it needs --threads 1 --step-threads 1, CPU")
     for name in ("batch", "heads", "head_dim", "threads", "step_threads"):
         low = 0 if name == "threads" else 1
         if getattr(args, name) < low:
@@ -163,7 +164,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         max_call_s=args.max_call_s,
         step_seq_lens=lengths("--step-seq-lens", args.step_seq_lens),
         step_threads=args.step_threads,
-        step_clock=args.step_clock,
+        clock=args.clock,
         step_overrides=args.step_override,
         compile=args.compile,
     )
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         "device": str(s.device), "threads": torch.get_num_threads(), "batch": s.batch,
         "heads": s.heads, "head_dim": s.head_dim, "seq_lens": " ".join(map(str, s.seq_lens)),
         "step_seq_lens": " ".join(map(str, s.step_seq_lens)), "step_threads": s.step_threads,
-        "step_clock": s.step_clock, "step_overrides": " ".join(s.step_overrides),
+        "clock": s.clock, "step_overrides": " ".join(s.step_overrides),
         "compile": s.compile,
         "load_avg_start": load_start, "load_avg_end": load_average(), "wall_s": wall,
     }]  # fmt: skip

@@ -5,7 +5,6 @@ import gc
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,20 +27,20 @@ def time_call(call: Callable[[], None], s: Settings, estimate_s: float | None) -
     A call estimated longer than `single_shot_s` runs once: that first call is the timing."""
     memory = PeakMemory(s.device)
     memory.start()
-    t0 = time.perf_counter()
+    t0 = s.timer()
     call()
     sync(s.device)
-    first = time.perf_counter() - t0
+    first = s.timer() - t0
     peak = memory.stop()
     if first > s.single_shot_s or (estimate_s or 0) > s.single_shot_s:
         return Measured(first, 1, peak)
     times: list[float] = []
     while len(times) < s.max_reps and sum(times) < s.cell_budget_s:
         sync(s.device)
-        t0 = time.perf_counter()
+        t0 = s.timer()
         call()
         sync(s.device)
-        times.append(time.perf_counter() - t0)
+        times.append(s.timer() - t0)
     return Measured(statistics.median(times), len(times), peak)
 
 
@@ -127,8 +126,8 @@ def matmul_peak(s: Settings, reps: int = 5) -> float:
     best = math.inf
     for _ in range(reps):
         sync(s.device)
-        t0 = time.perf_counter()
+        t0 = s.timer()
         torch.matmul(a, b)
         sync(s.device)
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, s.timer() - t0)
     return 2 * n**3 / best / 1e9

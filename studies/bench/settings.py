@@ -1,9 +1,12 @@
 """The benchmark's settings: shapes, lengths, time and memory budgets."""
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from studies.measure import CLOCKS
 
 
 @dataclass
@@ -14,6 +17,7 @@ class Settings:
     heads: int = 2
     head_dim: int = 32
     chunk_size: int = 64
+    clock: str = "wall"  # or "cpu": the process's CPU time (studies.measure.CLOCKS)
     max_call_s: float = 20.0  # skip a cell whose one forward+backward is estimated longer
     single_shot_s: float = 2.0  # above this estimate: no warm-up, one timed call
     cell_budget_s: float = 1.5  # timed repetitions stop once they add up to this
@@ -31,9 +35,12 @@ class Settings:
     step_reps: int = 7  # timed steps per mixer and T (after one warm-up step)
     step_budget_s: float = 60.0  # per T, stop repeating once exceeded
     step_threads: int = 1
-    step_clock: str = "wall"  # or "cpu": the process's CPU time (one thread only)
     step_overrides: list[str] = field(default_factory=list)  # Hydra overrides of the model
     compile: bool = False  # torch.compile every model of the training-step section
+
+    @property
+    def timer(self) -> Callable[[], float]:
+        return CLOCKS[self.clock]
 
     @property
     def d_model(self) -> int:

@@ -8,8 +8,8 @@ The model is what `python run.py model=<name>` trains: `conf/config.yaml` compos
 (its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
 plus `Settings.step_overrides`. Steps of every mixer at one T are interleaved (one step of
 each, repeated), so that a change of machine load during the run slows every mixer alike;
-each mixer's time is its median step, on the wall clock or (`--step-clock cpu`) the process's
-CPU time. Peak memory: the rise of the process's peak RSS over
+each mixer's time is its median step, on the wall clock or (`--clock cpu`) the process's CPU
+time. Peak memory: the rise of the process's peak RSS over
 the first timed step, after a warm-up step that allocated AdamW's moments.
 """
 
@@ -54,6 +54,7 @@ class StepCell:
     labels: torch.Tensor
     times: list[float] = field(default_factory=list)
     peak_bytes: int | None = None
+    first_step_s: float = 0.0  # wall time of the warm-up step (with torch.compile: compiling)
 
     def step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -96,11 +97,6 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
     return StepCell(name, model.train(), optimizer, tokens[:, :-1], tokens[:, 1:])
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-"""`cpu`: the process's CPU time, which other processes' load distorts far less than wall
-time; meaningful with one thread on CPU only (it sums the threads' time, ignores a GPU's)."""
-
-
 def step_rows(s: Settings) -> list[dict]:
     """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, peak memory."""
     with torch_threads(s.step_threads):
@@ -108,23 +104,24 @@ def step_rows(s: Settings) -> list[dict]:
 
 
 def rows_at(T: int, s: Settings) -> list[dict]:
-    cells = [make_cell(name, T, s) for name in [*MIXERS.names(), NO_MIXER]]
-    for cell in cells:
-        cell.step()  # warm-up: AdamW's moments (and a compiled graph) exist afterwards
-        memory = PeakMemory(s.device)
-        memory.start()
-        cell.timed_step(s.device, CLOCKS[s.step_clock])
-        cell.peak_bytes = memory.stop()
-    started = time.perf_counter()
-    while len(cells[0].times) < s.step_reps and time.perf_counter() - started < s.step_budget_s:
-        for cell in cells:
-            cell.timed_step(s.device, CLOCKS[s.step_clock])
+    """Every mixer at T. Eager models step in turn (interleaved); compiled ones one after the
+    other, each alone with a fresh dynamo cache (instances of one model class share compiled
+    code, and steps of several compiled models interleaved were measured 20x slow)."""
+    names = [*MIXERS.names(), NO_MIXER]
+    if s.compile:
+        cells = []
+        for name in names:
+            torch._dynamo.reset()
+            cells.append(warmed_up(make_cell(name, T, s), s))
+            repeat_steps([cells[-1]], s)
+    else:
+        cells = [warmed_up(make_cell(name, T, s), s) for name in names]
+        repeat_steps(cells, s)
     print(f"  step T={T}: done", file=sys.stderr, flush=True)
     seconds = {cell.name: statistics.median(cell.times) for cell in cells}
     batch = cells[0].tokens.shape[0]
-    rows = []
-    for cell in cells:
-        row = {
+    return [
+        {
             "mixer": cell.name,
             "T": T,
             "batch": batch,
@@ -133,6 +130,28 @@ def rows_at(T: int, s: Settings) -> list[dict]:
             "ms_per_step": round(1e3 * seconds[cell.name], 1),
             "steps": len(cell.times),
             "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
+            "first_step_s": round(cell.first_step_s, 2),
         }
-        rows.append(row)
-    return rows
+        for cell in cells
+    ]
+
+
+def warmed_up(cell: StepCell, s: Settings) -> StepCell:
+    """A warm-up step (AdamW's moments, a compiled graph), then one timed step whose peak
+    memory is measured."""
+    t0 = time.perf_counter()
+    cell.step()
+    cell.first_step_s = time.perf_counter() - t0
+    memory = PeakMemory(s.device)
+    memory.start()
+    cell.timed_step(s.device, s.timer)
+    cell.peak_bytes = memory.stop()
+    return cell
+
+
+def repeat_steps(cells: list[StepCell], s: Settings) -> None:
+    """One timed step of each cell in turn, until `step_reps` each or the time budget."""
+    started = time.perf_counter()
+    while len(cells[0].times) < s.step_reps and time.perf_counter() - started < s.step_budget_s:
+        for cell in cells:
+            cell.timed_step(s.device, s.timer)

@@ -102,9 +102,10 @@ class FavorFeatureMap(RandomFeatureMap):
 
         phi(x) = exp(w_i^T x' - |x'|^2 / 2 - c) / sqrt(D),   x' = x d^(-1/4).
 
-    Computed and returned in fp32 (in fp16, key features of ~1e-10 would be 0). The stabiliser c never looks at other tokens, so future tokens cannot
-    change causal outputs (performer-pytorch's key stabiliser takes a max over the whole
-    sequence and does, its issue #82):
+    Computed and returned in fp32 (in fp16, key features of ~1e-10 would be 0). The
+    stabiliser c never looks at other tokens, so future tokens cannot change causal outputs
+    (performer-pytorch's key stabiliser takes a max over the whole sequence and does, its
+    issue #82):
     - keys: c = max_i |w_i|^2 / 2, the analytic maximum of w_i^T x - |x|^2/2 over all x, so
       features are <= 1 / sqrt(D) and never overflow; the same c for every key cancels in the
       normalised output (the mixer scales eps by `key_scale`);

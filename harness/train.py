@@ -95,6 +95,7 @@ def run(cfg: DictConfig) -> dict:
         return done
     if job_threads(cfg):
         torch.set_num_threads(job_threads(cfg))
+    log.info("torch threads: %d", torch.get_num_threads())
     record = new_record(cfg, job.digest, job.run_dir)
     logger = None
     try:

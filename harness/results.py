@@ -83,6 +83,7 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "metrics": {},
         "train": None,
         "wandb": None,
+        "weights": None,  # the kept final weights' path with checkpoint.keep=true
         "run_dir": str(run_dir),
         "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
     }

@@ -82,6 +82,14 @@ def default_dtype_is_restored():
     assert torch.get_default_dtype() == dtype, "a test leaked torch.set_default_dtype"
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_are_restored():
+    """A run in-process may set torch's thread count (`threads=1`) only for its own test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """`python run.py *args` in `cwd`, datasets cached under `cwd/cache`."""
     return subprocess.run(

@@ -31,6 +31,7 @@ from harness.build import BadInput, Parts, build
 from harness.checkpoint import WEIGHTS, kept_weights
 from harness.results import config_hash, new_record, write_record
 from harness.train import describe, job_threads
+from models.backbone import LanguageModel
 
 CHANGEABLE = ("data.num_test", "data.batch_size", "data.seed", "data.cache_dir", "threads")
 """Keys an evaluation may change besides `task.*`: what is tested, never what was trained."""
@@ -78,6 +79,15 @@ def load_run(run_dir: str | Path) -> tuple[dict, DictConfig, dict[str, torch.Ten
     )
     record = OmegaConf.to_container(OmegaConf.load(path))
     return record, OmegaConf.create(record["config"]), kept_weights(run_dir)
+
+
+def load_model(run_dir: str | Path) -> LanguageModel:
+    """The trained language model of a run that kept its weights, in eval mode (to probe it:
+    `model(tokens)` gives logits, `model.step` generates)."""
+    _, cfg, weights = load_run(run_dir)
+    parts = build(cfg)
+    parts.model.load_state_dict(weights)
+    return parts.model.eval()
 
 
 def load_weights(parts: Parts, weights: dict[str, torch.Tensor]) -> None:

@@ -1,4 +1,4 @@
-"""A run's record (`results.json`, DESIGN.md) and the sweep's `summary.jsonl`."""
+"""A run's record (`results.json`, README "The results record") and the sweep's `summary.jsonl`."""
 
 import contextlib
 import fcntl
@@ -90,7 +90,7 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
 
 
 def state_record(model: torch.nn.Module, seq_len: int) -> dict:
-    """Recurrent state needed to produce the next token at `seq_len` (DESIGN.md `state`);
+    """Recurrent state needed to produce the next token at `seq_len` (the record's `state`);
     `model` is a `models.backbone.LanguageModel`."""
     floats = model.state_size(seq_len)
     bytes_per_float = next(model.parameters()).element_size()

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.api import run_config
 from harness.build import BadInput
-from harness.evaluate import evaluate, main
+from harness.checkpoint import kept_weights
+from harness.evaluate import evaluate, load_model, main
 from tests.conftest import REPO, SMALL_TASKS, SMOKE
 
 
@@ -63,6 +65,17 @@ def test_evaluating_at_another_length_matches_the_runs_length_slice(kept_run) ->
     assert record["metrics"]["test/acc"] == trained["metrics"]["test/acc_by/seq_len/48"]
     assert record["state"]["floats_per_layer"] == trained["state"]["floats_per_layer"]  # favor
     assert record["config_hash"] != trained["config_hash"]
+
+
+def test_load_model_gives_the_trained_model(kept_run) -> None:
+    run_dir, trained = kept_run
+    model = load_model(run_dir)
+    assert not model.training
+    weights = kept_weights(run_dir)
+    assert all(torch.equal(t, weights[k]) for k, t in model.state_dict().items())
+    assert sum(p.numel() for p in model.parameters()) == trained["num_params"]
+    tokens = torch.randint(1, 32, (2, 48))  # a length past the trained 24: no positions
+    assert model(tokens).shape == (2, 48, 32)
 
 
 @pytest.mark.parametrize(

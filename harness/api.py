@@ -36,7 +36,7 @@ def run_config(
 
     - `task`, `model`: registry names (None: the config's defaults, or the preset's);
     - `overrides`: command-line style strings, e.g. `"trainer.max_steps=50"`,
-      `"experiment=retrieval_gap"`, `"debug=smoke"`, `"+task.eval_seq_lens=[128]"`;
+      `"experiment=retrieval_gap"`, `"debug=smoke"`, `"task.eval_seq_lens=[128]"`;
     - `settings`: the same as keywords: a top-level key (`seed=1`, `debug="smoke"`), a group
       as a dict (`trainer={"max_steps": 50}`), or a dotted key (`**{"trainer.max_steps": 50}`);
     - `output_dir`: where the run writes (default `outputs/<date>/<time>`).

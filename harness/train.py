@@ -105,7 +105,7 @@ def run(cfg: DictConfig) -> dict:
         trainer = make_trainer(cfg, job, logger)
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
-        if cfg.checkpoint.get("keep"):
+        if cfg.checkpoint.get("keep") and is_recording_rank():
             record["weights"] = str(keep_weights(parts.model, job.run_dir))
         record["status"] = "ok"
         discard(job.checkpoint)

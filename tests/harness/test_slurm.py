@@ -13,29 +13,20 @@ from hydra import compose, initialize_config_dir
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config import CONF_DIR, hydra_value
 from harness.results import read_summary
-from tests.conftest import REPO, run_cli
+from tests.conftest import run_cli
 
 SHARED = list(OmegaConf.structured(BaseQueueConf).keys())
 """The settings every submitit executor understands (SLURM's own, such as `partition`, only
 reach an sbatch script)."""
-TINY = [
-    "logger=none",
-    "task.vocab_size=32",
-    "task.seq_len=24",
-    "task.num_kv_pairs=4",
-    "data.num_train=256",
-    "data.num_val=32",
-    "data.num_test=32",
-    "trainer.max_steps=2",
-    "trainer.val_check_interval=2",
-    "trainer.enable_progress_bar=false",
-]  # no `threads`: the preset's setup decides them
+# no `threads`: the preset's setup line decides them
+TINY = ["debug=smoke", "task.vocab_size=32", "task.seq_len=24", "task.num_kv_pairs=4"]
 
 
 def slurm_launcher(*overrides: str) -> DictConfig:
     """`hydra.launcher` as `python run.py -m hydra/launcher=slurm <overrides>` composes it."""
-    with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "config", overrides=["hydra/launcher=slurm", *overrides], return_hydra_config=True
         )
@@ -88,19 +79,6 @@ def test_slurm_preset_composes_into_an_sbatch_script(tmp_path: Path) -> None:
     ):
         assert line in script.splitlines(), line
     assert script.index("export OMP_NUM_THREADS=2") < script.index("srun")
-
-
-def hydra_value(value: object) -> str:
-    """A config value written as a Hydra override (interpolations kept, not resolved)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "\\'") + "'"
-    return str(value)
 
 
 @pytest.mark.slow

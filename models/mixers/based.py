@@ -10,6 +10,7 @@ from models.feature_maps import build_feature_map
 from models.kernels import check_mode, taylor_linear_attention
 from models.mixers.base import MultiHeadMixer, State
 from models.mixers.sliding_window import SlidingWindowAttention
+from models.precision import at_least_fp32, autocast_off
 
 
 @register("based")
@@ -50,36 +51,37 @@ class Based(MultiHeadMixer):
 
     def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q', k' (the Taylor map's scaled inputs): [B, H, T, feature_dim]; v: [B, H, T,
-        head_dim]. phi(q') = the map's features, computed inside the kernel."""
+        head_dim]; in float32 or wider. The kernel applies the map (phi(q') its features)."""
         b, t, _ = x.shape
         qk = self.qk(x).view(b, t, 2, self.n_heads, self.key_dim).permute(2, 0, 3, 1, 4)
-        v = self.value(x).view(b, t, self.n_heads, self.head_dim)
-        scaled = self.feature_map.scaled
-        return scaled(qk[0]), scaled(qk[1]), v.transpose(1, 2)
+        v = self.value(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        with autocast_off(x):
+            q, k, v = at_least_fp32(qk[0], qk[1], v)
+            return self.feature_map.scaled(q), self.feature_map.scaled(k), v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        o = taylor_linear_attention(
-            *self.projections(x), mode=self.mode, chunk_size=self.chunk_size
-        )
-        return self.merge_heads(o) + self.window_attention(x)
+        """The linear branch in float32 (`models.precision`), the window branch as given."""
+        q, k, v = self.projections(x)
+        with autocast_off(x):
+            o = taylor_linear_attention(q, k, v, mode=self.mode, chunk_size=self.chunk_size)
+        return self.merge_heads(o.to(x.dtype)) + self.window_attention(x)
 
     def state_size(self, seq_len: int) -> int:
         linear = self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
         return linear + self.window_attention.state_size(seq_len)
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
+        kw = self._state_kwargs()
         S = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)
         z = torch.zeros(batch_size, self.n_heads, self.feature_dim, **kw)
         return (S, z, *self.window_attention.init_state(batch_size))
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         S, z, keys, values = state
-        o, (S, z) = taylor_linear_attention(
-            *self.projections(x[:, None]),
-            mode="recurrent",
-            initial_state=(S, z),
-            return_state=True,
-        )
+        q, k, v = self.projections(x[:, None])
+        with autocast_off(x):
+            o, (S, z) = taylor_linear_attention(
+                q, k, v, mode="recurrent", initial_state=(S, z), return_state=True
+            )
         y_window, (keys, values) = self.window_attention.step(x, (keys, values))
-        return self.merge_heads(o)[:, 0] + y_window, (S, z, keys, values)
+        return self.merge_heads(o.to(x.dtype))[:, 0] + y_window, (S, z, keys, values)

@@ -1,6 +1,7 @@
 """Entry point: `python run.py task=assoc_recall model=favor` (Hydra composes conf/)."""
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness.build import BadInput  # noqa: E402
-from harness.train import run, sweep_dir  # noqa: E402
+from harness.callbacks import LAST_SWEEP  # noqa: E402
+from harness.console import quiet  # noqa: E402
+from harness.train import output_dir, run, sweep_dir  # noqa: E402
 
 # `${mul:8,${task.num_kv_pairs}}` in presets ties one swept value to another.
 OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)
@@ -20,18 +23,21 @@ OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
+    quiet()
     try:
         record = run(cfg)
     except BadInput as error:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or sweep_dir() is not None:
-            raise  # a sweep records the failure and goes on with its other jobs
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if sweep_dir() is not None:
+            return None  # recorded as failed (and printed); the sweep goes on
+        shutil.rmtree(output_dir(cfg), ignore_errors=True)  # a refused run leaves nothing
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
-    acc = record["metrics"].get("test/acc")
-    state = record["state"]["floats_per_layer"]
-    print(f"{record['status']}: test/acc={acc} state floats/layer={state} ({cfg.model.name})")
-    return acc
+    return record["metrics"].get("test/acc")
 
 
 if __name__ == "__main__":
     main()
+    if LAST_SWEEP["failed"]:
+        sys.exit(1)

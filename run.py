@@ -1,5 +1,6 @@
 """Entry point: `python run.py task=assoc_recall model=favor` (Hydra composes conf/)."""
 
+import contextlib
 import os
 import shutil
 import sys
@@ -31,10 +32,17 @@ def main(cfg: DictConfig) -> float | None:
             raise
         if sweep_dir() is not None:
             return None  # recorded as failed (and printed); the sweep goes on
-        shutil.rmtree(output_dir(cfg), ignore_errors=True)  # a refused run leaves nothing
+        forget(output_dir(cfg))
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     return record["metrics"].get("test/acc")
+
+
+def forget(folder: Path) -> None:
+    """A refused run leaves no folder behind (nor an emptied `outputs/<date>` above it)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        folder.parent.rmdir()
 
 
 if __name__ == "__main__":

@@ -73,25 +73,25 @@ def leaves(tree: dict, prefix: str = ""):
 def check_run_settings(cfg: DictConfig) -> None:
     """The harness's own settings (the constructors check their parameters): every key whose
     default is a number must be one, then the ranges."""
+    require_int("seed", cfg.seed, 0)
+    require_int("threads", cfg.get("threads", 0), 0)
+    require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
+    for key in ("num_train", "num_val", "num_test", "batch_size"):
+        require_int(f"data.{key}", cfg.data[key], 1)
+    require_int("data.seed", cfg.data.seed, 0)
     for key in numeric_defaults():
         value = OmegaConf.select(cfg, key, default=None)
         require(value is None or is_real(value), key, value, "a number")
-    require_int("seed", cfg.seed, 0)
-    require_int("threads", cfg.get("threads", 0), 0)
     require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "a number > 0")
     require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
     early = cfg.get("early_stop_acc")
     never = "null (never stop on accuracy) or a number in (0, 1]"
     require(early is None or (is_real(early) and 0 < early <= 1), "early_stop_acc", early, never)
-    require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
     steps, interval = cfg.trainer.max_steps, cfg.trainer.get("val_check_interval")
     every = is_int(interval) and 1 <= interval <= steps
     fraction = isinstance(interval, float) and 0 < interval <= 1
     allowed = f"an integer in [1, trainer.max_steps={steps}] or a fraction in (0, 1]"
     require(every or fraction, "trainer.val_check_interval", interval, allowed)
-    for key in ("num_train", "num_val", "num_test", "batch_size"):
-        require_int(f"data.{key}", cfg.data[key], 1)
-    require_int("data.seed", cfg.data.seed, 0)
     for length in cfg.task.get("eval_seq_lens") or []:
         require_int("task.eval_seq_lens", length, 1)
 

@@ -24,8 +24,13 @@ KNOWN_BANNERS = (
     "💡 Tip:",
     "`Trainer.fit` stopped:",
     "Detected KeyboardInterrupt",  # `interrupted` says what happened and what to do
+    "`weights_only` was not set",  # every kill-safe checkpoint save
 )
-BANNER_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+BANNER_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.trainer.connectors.checkpoint_connector",
+)
 
 
 class DropBanners(logging.Filter):

@@ -78,8 +78,9 @@ def write_page(
     """Write the page; images are inlined (base64), so the file stands alone."""
     parts = [f"<html><head><meta charset='utf-8'><title>report: {html.escape(str(sweep))}</title>"]
     parts += [STYLE, "</head><body>", f"<h1>recall-harness report: {html.escape(str(sweep))}</h1>"]
-    if description.get("command"):
-        parts.append(f"<p>Command: <code>{html.escape(description['command'])}</code></p>")
+    commands = description.get("commands") or [description.get("command")]
+    for command in filter(None, commands):
+        parts.append(f"<p>Command: <code>{html.escape(command)}</code></p>")
     parts += [f"<p>{html.escape(n)}</p>" for n in notes]
     parts.append("<h2>Fixed settings</h2>")
     parts.append(table([{"setting": k, "value": v} for k, v in fixed.items()]))

@@ -48,7 +48,9 @@ def record(
     if status == "ok":
         all_metrics = {"test/acc": acc, "val/acc": acc if val_acc is None else val_acc}
         all_metrics[f"test/acc_by/seq_len/{seq_len}"] = acc
-        for name, value in (baselines or {"chance": 1 / 64, "in_context": 0.125}).items():
+        for name, value in (
+            {"chance": 1 / 64, "in_context": 0.125} if baselines is None else baselines
+        ).items():
             all_metrics[f"test/baseline/{name}"] = value
     all_metrics.update(metrics or {})
     train = {"steps": 400, "wall_s": 12.0, "tokens_per_s": 1e5, "resumed_from_step": 0}

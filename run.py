@@ -39,10 +39,15 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def forget(folder: Path) -> None:
-    """A refused run leaves no folder behind (nor an emptied `outputs/<date>` above it)."""
+    """A refused run leaves no folder behind, nor the emptied folders above it that it
+    created (`outputs/<date>`), up to the working directory."""
     shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        folder.parent.rmdir()
+    here = Path.cwd().resolve()
+    for parent in folder.resolve().parents:
+        if parent == here or here not in parent.parents:
+            break
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only succeeds when empty
 
 
 if __name__ == "__main__":

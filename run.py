@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 
 # Jobs that launchers start in other processes (submitit, SLURM) import this repo's packages.
@@ -14,7 +15,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from harness.build import BadInput  # noqa: E402
-from harness.callbacks import LAST_SWEEP  # noqa: E402
+from harness.callbacks import LAST_SWEEP, NEW_RUN_DIRS  # noqa: E402
 from harness.console import quiet  # noqa: E402
 from harness.train import output_dir, run, sweep_dir  # noqa: E402
 
@@ -35,12 +36,22 @@ def main(cfg: DictConfig) -> float | None:
         forget(output_dir(cfg))
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except Exception:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or sweep_dir() is None:
+            raise
+        path = output_dir(cfg) / "traceback.txt"  # the job is recorded as failed; go on
+        path.write_text(traceback.format_exc())
+        print(f"traceback: {path}", file=sys.stderr)
+        return None
     return record["metrics"].get("test/acc")
 
 
 def forget(folder: Path) -> None:
     """A refused run leaves no folder behind, nor the emptied folders above it that it
-    created (`outputs/<date>`), up to the working directory."""
+    created (`outputs/<date>`), up to the working directory; a folder that existed before the
+    run (`hydra.run.dir=` an old one) is left as it is."""
+    if folder.resolve() not in NEW_RUN_DIRS:
+        return
     shutil.rmtree(folder, ignore_errors=True)
     here = Path.cwd().resolve()
     for parent in folder.resolve().parents:

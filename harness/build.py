@@ -87,10 +87,10 @@ def check_run_settings(cfg: DictConfig) -> None:
     early = cfg.get("early_stop_acc")
     never = "null (never stop on accuracy) or a number in (0, 1]"
     require(early is None or (is_real(early) and 0 < early <= 1), "early_stop_acc", early, never)
-    steps, interval = cfg.trainer.max_steps, cfg.trainer.get("val_check_interval")
-    every = is_int(interval) and 1 <= interval <= steps
+    interval = cfg.trainer.get("val_check_interval")
+    every = is_int(interval) and interval >= 1
     fraction = isinstance(interval, float) and 0 < interval <= 1
-    allowed = f"an integer in [1, trainer.max_steps={steps}] or a fraction in (0, 1]"
+    allowed = "an integer >= 1 (steps) or a fraction in (0, 1] (of trainer.max_steps)"
     require(every or fraction, "trainer.val_check_interval", interval, allowed)
     for length in cfg.task.get("eval_seq_lens") or []:
         require_int("task.eval_seq_lens", length, 1)

@@ -20,6 +20,8 @@ from harness.sweep import describe_sweep, records_of
 
 LAST_SWEEP: Counter = Counter()
 """Statuses of the sweep that just ended in this process (`run.py` sets its exit code)."""
+NEW_RUN_DIRS: set[Path] = set()
+"""Single-run folders that did not exist before this run (a refused run may delete them)."""
 
 
 def config_groups() -> set[str]:
@@ -94,6 +96,9 @@ class SweepConsole(Callback):
 
     def on_run_start(self, config: DictConfig, config_name: str | None = None, **_: Any) -> None:
         refuse_added_keys(config, config_name, list(config.hydra.overrides.task))
+        run_dir = Path(config.hydra.run.dir).resolve()
+        if not run_dir.exists():
+            NEW_RUN_DIRS.add(run_dir)
 
     def on_multirun_start(
         self, config: DictConfig, config_name: str | None = None, **_: Any

@@ -106,12 +106,19 @@ def varied(rows: list[dict], columns: list[str]) -> list[str]:
 
 
 def fixed_settings(rows: list[dict], columns: list[str]) -> dict[str, Any]:
-    """Settings with one value in every job (the page shows them once)."""
-    fixed = {}
+    """Settings no job varied, to show once: one value for every job, or, where models
+    differ (a mixer's own parameters, a learning rate per model), each model's value."""
+    fixed: dict[str, Any] = {}
     for column in columns:
-        values = {as_key(r.get(column)) for r in rows}
-        if len(values) == 1 and "null" not in values:
-            fixed[column] = rows[0][column]
+        by_model: dict[str, set[str]] = defaultdict(set)
+        for row in rows:
+            if column in row:
+                by_model[row.get("model")].add(as_key(row[column]))
+        values = set().union(*by_model.values()) if by_model else set()
+        if len(values) == 1:
+            fixed[column] = json.loads(values.pop())
+        elif values and all(len(v) == 1 for v in by_model.values()):
+            fixed[column] = ", ".join(f"{m}: {next(iter(v))}" for m, v in sorted(by_model.items()))
     return fixed
 
 

@@ -90,8 +90,8 @@ def load_sweep(path: str | Path) -> pd.DataFrame:
 
 def describe_sweep(sweep: Path, description: dict) -> None:
     """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project) and reset
-    the progress counter; called once when the sweep starts. A folder swept again (to resume,
-    or to add jobs) keeps every earlier command in `commands` and the union of swept keys."""
+    the progress counter; called once when the sweep starts. A folder swept again (to resume, or
+    to add jobs under another `hydra.sweep.subdir`) keeps every command and all swept keys."""
     sweep.mkdir(parents=True, exist_ok=True)
     earlier = sweep_description(sweep)
     commands = [*earlier.get("commands", []), description["command"]]

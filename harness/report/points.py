@@ -91,10 +91,16 @@ def parameter_columns(rows: list[dict]) -> list[str]:
     ]
 
 
+def refused(row: dict) -> bool:
+    """A run refused before it was built (its parameters are the mistake, not a setting)."""
+    return row.get("status") == "failed" and "state.floats_per_layer" not in row
+
+
 def varied(rows: list[dict], columns: list[str]) -> list[str]:
-    """Columns that take more than one value within some (task, model)."""
+    """Columns that take more than one value within some (task, model), among the jobs that
+    were not refused (a refused `model.feature_dim=0` does not make feature_dim a variable)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for row in rows:
+    for row in [r for r in rows if not refused(r)] or rows:
         groups[(row.get("task"), row.get("model"))].append(row)
 
     def varies(column: str) -> bool:

@@ -46,7 +46,7 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
         ax.set_xlabel(AXIS_TITLES["task.seq_len"])
         if not ok:
             ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
-            reasons = "\n".join(f"T={p.seq_len}: {p.note}" for p in ordered)
+            reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
             ax.text(
                 0.5,
                 0.5,

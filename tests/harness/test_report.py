@@ -242,3 +242,17 @@ def test_load_sweep_is_one_flat_row_per_job(tmp_path: Path) -> None:
     assert {"test/acc", "test/acc_by/depth_bin/0", "test/baseline/chance"} <= set(frame)
     softmax = frame[(frame.model == "softmax") & (frame["task.seq_len"] == 64)]
     assert softmax["state.floats_per_layer"].item() == 2 * 64 * 64
+
+
+def test_a_refused_value_does_not_become_a_variable(tmp_path: Path) -> None:
+    refused = record("favor", seed=1, status="failed", error="model.feature_dim=0 is invalid")
+    refused["model_params"]["feature_dim"] = 0
+    records = [record("favor", seq_len=n) for n in (32, 64)] + [refused]
+    for rec in records[:2]:
+        rec["model_params"]["feature_dim"] = 64
+    sweep = write_sweep(tmp_path / "sweep", records)
+    ax = figures_of(sweep)["acc_vs_seq_len"].get_axes()
+    assert [a.get_title() for a in ax if a.get_visible()] == ["assoc_recall"]
+    table = report(sweep, wandb_mode="disabled")
+    assert "model.feature_dim" not in table[0]
+    assert any("model.feature_dim=0 is invalid" in r["note"] for r in table)

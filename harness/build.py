@@ -82,7 +82,7 @@ def check_run_settings(cfg: DictConfig) -> None:
     for key in numeric_defaults():
         value = OmegaConf.select(cfg, key, default=None)
         require(value is None or is_real(value), key, value, "a number")
-    require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "a number > 0")
+    require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "> 0")
     require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
     early = cfg.get("early_stop_acc")
     never = "null (never stop on accuracy) or a number in (0, 1]"

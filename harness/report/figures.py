@@ -25,9 +25,10 @@ from harness.report.style import (
 
 def panels(points: list[Point], keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(task, {key: value}) of every panel, sorted numerically; a point without a value for a
-    key (a model that lacks that parameter) belongs to every panel."""
+    key (a model that lacks that parameter) belongs to every panel. A refused value
+    (`model.feature_dim=0`) opens no panel of its own."""
     seen: dict[str, tuple[str, dict]] = {}
-    for p in points:
+    for p in [p for p in points if not p.refused] or points:
         values = {k: p.get(k) for k in keys if not missing(p.get(k))}
         if len(values) == len(keys):
             seen[as_key([p.task, values])] = (p.task, values)
@@ -68,7 +69,8 @@ def accuracy_figure(
         ax.set_xlabel(AXIS_TITLES.get(x, x))
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    unplaced = [p for p in points if missing(p.get(x))]
+    placed = [p for p in drawable if any(in_panel(p, *panel) for panel in layout)]
+    unplaced = [p for p in points if p not in placed]
     finish(fig, axes, points, title, unplaced)
     return fig
 

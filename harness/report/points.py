@@ -65,6 +65,8 @@ class Point:
     note: str = ""
     seq_len: int | None = None
     """The training length (also when it was not varied)."""
+    refused: bool = False
+    """Every job of the point was refused before it was built."""
 
     def get(self, key: str) -> Any:
         """A parameter, or `state_bytes`, by name."""
@@ -97,10 +99,9 @@ def refused(row: dict) -> bool:
 
 
 def varied(rows: list[dict], columns: list[str]) -> list[str]:
-    """Columns that take more than one value within some (task, model), among the jobs that
-    were not refused (a refused `model.feature_dim=0` does not make feature_dim a variable)."""
+    """Columns that take more than one value within some (task, model)."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for row in [r for r in rows if not refused(r)] or rows:
+    for row in rows:
         groups[(row.get("task"), row.get("model"))].append(row)
 
     def varies(column: str) -> bool:
@@ -199,6 +200,7 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
         for k, v in mean_metrics(group).items()
         if k.startswith(BASELINE_PREFIX)
     } or fallback_baselines(first)
+    point.refused = all(refused(r) for r in group)
     point.note = why_not_ok([r for r in group if r.get("status") != "ok"])
     if ok and point.note:
         point.note = f"{point.not_ok} of {len(group)} seeds {point.note}"

@@ -244,15 +244,32 @@ def test_load_sweep_is_one_flat_row_per_job(tmp_path: Path) -> None:
     assert softmax["state.floats_per_layer"].item() == 2 * 64 * 64
 
 
-def test_a_refused_value_does_not_become_a_variable(tmp_path: Path) -> None:
+def test_a_refused_value_opens_no_panel_and_is_listed(tmp_path: Path) -> None:
     refused = record("favor", seed=1, status="failed", error="model.feature_dim=0 is invalid")
     refused["model_params"]["feature_dim"] = 0
     records = [record("favor", seq_len=n) for n in (32, 64)] + [refused]
     for rec in records[:2]:
         rec["model_params"]["feature_dim"] = 64
     sweep = write_sweep(tmp_path / "sweep", records)
-    ax = figures_of(sweep)["acc_vs_seq_len"].get_axes()
-    assert [a.get_title() for a in ax if a.get_visible()] == ["assoc_recall"]
+    figure = figures_of(sweep)["acc_vs_seq_len"]
+    panels = [a for a in figure.get_axes() if a.get_visible()]
+    assert [a.get_title() for a in panels] == ["assoc_recall · feature_dim=64"]
+    assert any(
+        "favor seq_len=64, feature_dim=0: failed: model.feature_dim=0" in t.get_text()
+        for t in figure.texts
+    )
     table = report(sweep, wandb_mode="disabled")
-    assert "model.feature_dim" not in table[0]
-    assert any("model.feature_dim=0 is invalid" in r["note"] for r in table)
+    assert [r["model.feature_dim"] for r in table] == [0, 64, 64]
+    assert table[0]["status"] == "failed" and "is invalid" in table[0]["note"]
+
+
+def test_a_refused_length_is_marked_on_the_length_axis(tmp_path: Path) -> None:
+    error = "task.seq_len=8 is invalid: must be an integer >= 16"
+    records = [
+        record("softmax", seq_len=24),
+        record("softmax", seq_len=8, status="failed", error=error),
+    ]
+    ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_seq_len"].get_axes()[0]
+    (cross,) = [line for line in ax.get_lines() if line.get_gid() == "not ok:softmax"]
+    assert list(cross.get_xdata()) == [8]
+    assert tick_labels(ax) == ["8", "24"]

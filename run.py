@@ -12,15 +12,13 @@ REPO = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
+import harness.config  # noqa: E402,F401  (registers the resolvers the presets use)
 from harness.build import BadInput  # noqa: E402
 from harness.callbacks import LAST_SWEEP, NEW_RUN_DIRS  # noqa: E402
 from harness.console import quiet  # noqa: E402
 from harness.train import output_dir, run, sweep_dir  # noqa: E402
-
-# `${mul:8,${task.num_kv_pairs}}` in presets ties one swept value to another.
-OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import Logger
 from omegaconf import DictConfig, OmegaConf
 
 from harness.build import BadInput, Parts, build, resolved_model_params
-from harness.checkpoint import SaveLast, checkpoint_path, discard, resumable
+from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
 from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.module import Diverged
 from harness.results import (
@@ -106,6 +106,8 @@ def run(cfg: DictConfig) -> dict:
         trainer = make_trainer(cfg, job, logger)
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
+        if cfg.checkpoint.get("keep"):
+            record["weights"] = str(keep_weights(parts.model, job.run_dir))
         record["status"] = "ok"
         discard(job.checkpoint)
     except (Diverged, DenominatorCollapse) as error:

@@ -1,4 +1,4 @@
-"""Feature maps phi: R^d -> R^D for linear attention (notes, "Feature Map Choices").
+"""Feature maps phi: R^d -> R^D for linear attention (docs/background.md, section 3).
 
 Each map is an `nn.Module` applied to the last dim of `[..., d]` and reports `out_dim`, the
 number of features it really produces (the D in the state size D x d_v + D).

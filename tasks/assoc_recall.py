@@ -20,7 +20,8 @@ Slices: `query_index` [N, T], at a query position the index of the queried pair 
 the query among the example's queries in time (0 = first), -1 elsewhere.
 
 Failure: a model that cannot store n key-value bindings in its state (a fixed-size recurrent
-state once n grows, notes' pitfall 3) scores near 1/(V/2) on the queries it cannot recall.
+state once n grows: pitfall 3, docs/background.md) scores near 1/(V/2) on the queries it
+cannot recall.
 """
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The mixer interface every registered sequence mixer implements (DESIGN.md "Mixers")."""
+"""The mixer interface every registered sequence mixer implements (README "Extending")."""
 
 import torch
 from torch import nn

@@ -188,7 +188,11 @@ def log_report(
         group=sweep_group(sweep, preset),
         tags=[f"preset:{preset}"] if preset else [],
         job_type="report",
-        config={"sweep": str(sweep), "command": description.get("command")},
+        config={
+            "sweep": str(sweep),
+            "command": description.get("command"),
+            "commands": description.get("commands"),
+        },
     )
     logged: dict[str, Any] = {}
     for name, rows in tables.items():

@@ -127,3 +127,24 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_rerun_resumes(tmp_path: Path) -> N
     (checkpoint,) = (tmp_path / "ckpt").glob("*/last.ckpt")
     assert f"interrupted: training state kept in {checkpoint}" in stderr, stderr[-2000:]
     assert "run the same command again to resume" in stderr
+
+
+def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
+    from omegaconf import OmegaConf
+
+    from harness.callbacks import sweep_plan
+
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {
+                    "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "params": {"model": "softmax,linear,favor", "seed": "0,1,2"},
+                },
+                "overrides": {"task": ["task.num_kv_pairs=4,8", "seed=0", "threads=1"]},
+            }
+        }
+    )
+    jobs, swept = sweep_plan(config)
+    assert jobs == 3 * 2  # the command line's seed=0 replaces the preset's three seeds
+    assert swept == ["model", "task.num_kv_pairs"]

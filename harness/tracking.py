@@ -210,4 +210,5 @@ def log_report(
     run.log(logged)
     folder = Path(run.dir).parent
     wandb.finish()
+    wandb.teardown()  # offline: the run's file is complete when this returns
     return folder

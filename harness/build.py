@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require, require_int
 from harness.data import TaskDataModule
+from harness.devices import check_devices
 from harness.module import RecallModule
 from harness.results import params_of
 from models import MIXERS
@@ -156,6 +157,10 @@ def build(cfg: DictConfig) -> Parts:
     """Construct task, model and data, or raise `BadInput` before any training."""
     try:
         check_run_settings(cfg)
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+    try:
+        check_devices(cfg)
     except ValueError as error:
         raise BadInput(str(error)) from error
     try:

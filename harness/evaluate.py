@@ -5,9 +5,10 @@
 The run must have been trained with `checkpoint.keep=true` (its folder holds `model.pt` beside
 `results.json`). The run's own config, with the overrides applied, builds the task, the test
 sets and the model; the kept weights replace the model's. Only the test side may change:
-`task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `data.cache_dir`
-and `threads`. Without overrides the run's own test set is rebuilt and its test metrics are
-reproduced exactly.
+`task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `data.cache_dir`,
+`threads` and `trainer.precision`; the test runs as one process on this machine's best
+accelerator, whatever devices the run trained on. Without overrides the run's own test set
+is rebuilt and its test metrics are reproduced exactly.
 
 Writes its own record, `<run dir>/eval/<config_hash>/results.json` (or `--out`): the schema
 of a run's record with `train: null` and `evaluated: {run_dir, overrides, trained_seq_len}`.
@@ -33,8 +34,24 @@ from harness.results import config_hash, new_record, write_record
 from harness.train import describe, job_threads
 from models.backbone import LanguageModel
 
-CHANGEABLE = ("data.num_test", "data.batch_size", "data.seed", "data.cache_dir", "threads")
+CHANGEABLE = (
+    "data.num_test",
+    "data.batch_size",
+    "data.seed",
+    "data.cache_dir",
+    "threads",
+    "trainer.precision",
+)
 """Keys an evaluation may change besides `task.*`: what is tested, never what was trained."""
+ONE_LOCAL_DEVICE = {"accelerator": "auto", "devices": 1}
+"""An evaluation is one process on this machine, whatever devices the run trained on."""
+
+
+def on_one_local_device(cfg: DictConfig) -> None:
+    """Point `cfg.trainer` at one process on this machine (a `strategy` becomes `auto`)."""
+    cfg.trainer.update(ONE_LOCAL_DEVICE)
+    if "strategy" in cfg.trainer:
+        cfg.trainer.strategy = "auto"
 
 
 def check_key(key: str) -> None:
@@ -135,6 +152,7 @@ def evaluate(
     try:
         trained, cfg, weights = load_run(run_dir)
         cfg = apply_overrides(cfg, overrides)
+        on_one_local_device(cfg)
         parts = build(cfg)
         load_weights(parts, weights)
     except BadInput:

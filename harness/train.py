@@ -14,6 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from harness.build import BadInput, Parts, build, resolved_model_params
@@ -97,6 +98,7 @@ def run(cfg: DictConfig) -> dict:
         return done
     if job_threads(cfg):
         torch.set_num_threads(job_threads(cfg))
+    log.info("torch threads: %d", torch.get_num_threads())
     record = new_record(cfg, job.digest, job.run_dir)
     logger = None
     try:
@@ -106,7 +108,7 @@ def run(cfg: DictConfig) -> dict:
         trainer = make_trainer(cfg, job, logger)
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
-        if cfg.checkpoint.get("keep"):
+        if cfg.checkpoint.get("keep") and is_recording_rank():
             record["weights"] = str(keep_weights(parts.model, job.run_dir))
         record["status"] = "ok"
         discard(job.checkpoint)
@@ -139,10 +141,20 @@ def describe(record: dict, cfg: DictConfig, parts: Parts) -> None:
     )
 
 
+def is_recording_rank() -> bool:
+    """False in the extra processes of a data-parallel run (rank >= 1, known from the
+    launcher's environment): they train and evaluate beside rank 0, which alone logs to W&B
+    and writes the record."""
+    return rank_zero_only.rank == 0
+
+
 def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
-    """The W&B logger of this run (None with `logger=none`): named by its swept values
-    (`deltanet-d128-kv8-T256-s1`), grouped by sweep (or preset), tagged with preset, task and
-    model; its config holds the resolved config, the parameter count and the state."""
+    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1): named by its
+    swept values (`deltanet-d128-kv8-T256-s1`), grouped by sweep (or preset), tagged with
+    preset, task and model; its config holds the resolved config, the parameter count and the
+    state."""
+    if not is_recording_rank():
+        return None
     preset = experiment_name()
     swept = sweep_description(job.sweep).get("swept")
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -227,7 +239,9 @@ def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:
     """Close W&B, write `results.json`, append to the sweep's `summary.jsonl`, and print the
-    job's closing line (a single run's failure is reported by its error instead)."""
+    job's closing line (a single run's failure is reported by its error instead); rank 0 only."""
+    if not is_recording_rank():
+        return
     if logger is not None:
         record["wandb"] = finish_wandb(logger, record)
     write_record(job.run_dir, record)

@@ -67,6 +67,20 @@ def test_evaluating_at_another_length_matches_the_runs_length_slice(kept_run) ->
     assert record["config_hash"] != trained["config_hash"]
 
 
+def test_a_run_trained_on_other_devices_is_re_tested_here(kept_run, tmp_path: Path) -> None:
+    """Weights trained with DDP on GPUs are re-tested as one process on this machine."""
+    run_dir, trained = kept_run
+    moved = tmp_path / "gpu_run"
+    moved.mkdir()
+    (moved / "model.pt").write_bytes((run_dir / "model.pt").read_bytes())
+    saved = json.loads((run_dir / "results.json").read_text())
+    saved["config"]["trainer"].update(accelerator="gpu", devices=8, strategy="ddp")
+    saved["weights"] = str(moved / "model.pt")
+    (moved / "results.json").write_text(json.dumps(saved))
+    record = evaluate(moved)
+    assert metrics_of(record) == metrics_of(trained)
+
+
 def test_load_model_gives_the_trained_model(kept_run) -> None:
     run_dir, trained = kept_run
     model = load_model(run_dir)

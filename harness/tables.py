@@ -11,6 +11,11 @@ def format_cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def is_number(value: object) -> bool:
+    """Numbers (and blanks) are right-aligned, text left-aligned."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
 def print_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:
     """Print `rows` as an aligned text table (and return the text)."""
     if not rows:
@@ -19,9 +24,16 @@ def print_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:
     columns = list(columns or dict.fromkeys(k for row in rows for k in row))
     cells = [[format_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    numeric = [all(is_number(row.get(c)) for row in rows) for c in columns]
+
+    def line(values: list[str]) -> str:
+        padded = [
+            v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)
+        ]
+        return "  ".join(padded).rstrip()
+
+    lines = [line(columns), "  ".join("-" * w for w in widths)]
+    lines += [line(r) for r in cells]
     text = "\n".join(lines)
     print(text)
     return text

@@ -1,60 +1,214 @@
-"""Weights & Biases: offline by default, never a prompt, online falls back to offline."""
+"""Weights & Biases: offline by default, never a prompt, online falls back to offline.
 
+A job's run is named by its swept values (`deltanet-d128-kv8-T256-s1`), grouped by its sweep
+(or preset), tagged with preset, task and model, charted against the training step, and holds
+the parameter count, the state, wall time and tokens/s in its config and summary. The report
+logs into one run per sweep (fixed id) in the same project."""
+
+import hashlib
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
+from harness.sweep import swept_values
+
 log = logging.getLogger(__name__)
 MODES = ("offline", "online", "disabled")
+STEP = "trainer/global_step"
+"""Lightning's step key: every chart's x axis."""
+SHORT_NAMES = {
+    "backbone.d_model": "d",
+    "backbone.n_layers": "L",
+    "task.num_kv_pairs": "kv",
+    "task.seq_len": "T",
+    "task.vocab_size": "V",
+    "model.feature_dim": "D",
+    "model.n_heads": "h",
+    "optim.lr": "lr",
+    "seed": "s",
+}
+NAME_ORDER = ("backbone.", "model.", "task.", "task.seq_len", "optim.", "", "seed")
 
 
-def start_wandb(
-    logger_cfg: DictConfig, run_dir: Path, name: str, group: str | None, job_type: str, config: dict
-) -> WandbLogger | None:
-    """A WandbLogger writing into `run_dir/wandb`, or None when `logger=none`.
+def name_part(key: str, value: Any) -> str:
+    """`d128` for backbone.d_model=128, `lr0.002`, `feature_map-favor`."""
+    short = SHORT_NAMES.get(key, key.rsplit(".", 1)[-1])
+    if isinstance(value, float):
+        value = f"{value:g}"
+    elif isinstance(value, list | tuple):
+        value = "_".join(map(str, value))
+    return f"{short}{value}" if short in SHORT_NAMES.values() else f"{short}-{value}"
 
-    `mode=online` that cannot reach the server within `init_timeout` seconds (no network, no
-    login) warns once and continues offline; `wandb sync` uploads an offline run later."""
-    if logger_cfg.get("name", "none") == "none" or logger_cfg.get("mode") == "disabled":
-        return None
+
+def order_of(key: str) -> int:
+    """Where a swept key goes in a run's name: widths, mixer, task, length, lr, rest, seed."""
+    if key in NAME_ORDER:
+        return NAME_ORDER.index(key)
+    return next(i for i, prefix in enumerate(NAME_ORDER) if key.startswith(prefix))
+
+
+def run_name(record: dict, swept: list[str] | None, job_number: int | None = None) -> str:
+    """A run's name from its swept values, unique within its sweep: `deltanet-d128-kv8-T256-s1`.
+
+    Outside a described sweep: `model-task-T<seq_len>` (and the job's number in a sweep)."""
+    parts = [record["model"]]
+    if swept is None:
+        parts += [record["task"], f"T{record.get('seq_len')}"]
+        return "-".join(parts + ([f"job{job_number}"] if job_number is not None else []))
+    if "task" in swept:
+        parts.append(record["task"])
+    values = swept_values(record, swept)
+    values.setdefault("task.seq_len", record.get("seq_len"))
+    parts += [name_part(k, values[k]) for k in sorted(values, key=order_of)]
+    return "-".join(parts)
+
+
+def sweep_group(sweep: Path | None, preset: str | None) -> str | None:
+    """The W&B group: the whole sweep id (`state_frontier/2025-01-31/12-00-00`), or the
+    preset's name for a single run (None without either)."""
+    if sweep is None:
+        return preset
+    sweep_id = "/".join(Path(sweep).resolve().parts[-2:])
+    return f"{preset}/{sweep_id}" if preset else sweep_id
+
+
+def init_run(logger_cfg: DictConfig | dict, **kwargs: Any):
+    """`wandb.init` in the configured mode without console capture (no progress bars in the
+    run's log); `mode=online` that cannot reach the server within `init_timeout` seconds warns
+    once and continues offline (`wandb sync` uploads it later)."""
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    os.environ["WANDB_DIR"] = str(run_dir)
-    kwargs: dict[str, Any] = dict(
-        project=logger_cfg.project,
-        entity=logger_cfg.get("entity"),
-        dir=str(run_dir),
-        name=name,
-        group=group,
-        job_type=job_type,
-        config=config,
-        reinit="finish_previous",
-    )
+    kwargs.update(project=logger_cfg.get("project"), entity=logger_cfg.get("entity"))
     mode = logger_cfg.get("mode", "offline")
     timeout = float(logger_cfg.get("init_timeout", 15))
+    settings = wandb.Settings(init_timeout=timeout, console="off")
     try:
-        run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=timeout), **kwargs)
+        return wandb.init(mode=mode, settings=settings, **kwargs)
     except Exception as error:  # noqa: BLE001 - any failure to go online falls back offline
         if mode == "offline":
             raise
         log.warning("W&B %s mode failed (%s); logging offline instead", mode, error)
-        run = wandb.init(mode="offline", **kwargs)
+        return wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)
+
+
+def start_wandb(
+    logger_cfg: DictConfig,
+    run_dir: Path,
+    name: str,
+    group: str | None,
+    tags: list[str],
+    config: dict,
+) -> WandbLogger | None:
+    """A WandbLogger writing into `run_dir/wandb`, or None when `logger=none`; every metric is
+    charted against the training step."""
+    if logger_cfg.get("name", "none") == "none" or logger_cfg.get("mode") == "disabled":
+        return None
+    os.environ["WANDB_DIR"] = str(run_dir)
+    run = init_run(
+        logger_cfg,
+        dir=str(run_dir),
+        name=name,
+        group=group,
+        tags=[t for t in tags if t],
+        job_type="train",
+        config=config,
+        reinit="finish_previous",
+    )
+    run.define_metric(STEP)
+    run.define_metric("*", step_metric=STEP, step_sync=True)
     return WandbLogger(experiment=run)
 
 
-def finish_wandb(logger: WandbLogger | None, summary: dict) -> dict | None:
-    """Write the run's summary, close it, and describe it for the record."""
+def run_facts(record: dict) -> dict:
+    """What a run's record says beyond its metrics, for W&B config and summary columns."""
+    train = record.get("train") or {}
+    keep = ("steps", "wall_s", "tokens_per_s", "converged", "resumed_from_step")
+    facts = {
+        "status": record.get("status"),
+        "num_params": record.get("num_params"),
+        "state": record.get("state"),
+        "train": {k: train.get(k) for k in keep if k in train},
+    }
+    if record.get("error"):
+        facts["error"] = record["error"]
+    return facts
+
+
+def finish_wandb(logger: WandbLogger | None, record: dict) -> dict | None:
+    """Write the run's facts into config and summary, close it, describe it for the record."""
     if logger is None:
         return None
     import wandb
 
     run = logger.experiment
-    run.summary.update(summary)
+    facts = run_facts(record)
+    run.config.update(facts, allow_val_change=True)
+    run.summary.update({**record.get("metrics", {}), **facts})
     info = {"mode": "offline" if run.offline else "online", "run_dir": str(Path(run.dir).parent)}
     wandb.finish()
     return info
+
+
+def report_run_id(sweep: Path) -> str:
+    """One fixed W&B id per sweep folder: reporting again updates the same run."""
+    return "report-" + hashlib.sha1(str(Path(sweep).resolve()).encode()).hexdigest()[:12]
+
+
+def log_report(
+    sweep: Path,
+    out: Path,
+    description: dict,
+    mode: str,
+    tables: dict[str, list[dict]],
+    figures: list[Path],
+) -> Path | None:
+    """Log the report (tables, figures) to the sweep's project and entity, as the run
+    `report-<hash of the sweep folder>` in the sweep's group; returns its local folder."""
+    import wandb
+
+    logger_cfg = {**(description.get("logger") or {}), "mode": mode}
+    if not logger_cfg.get("project"):
+        logger_cfg["project"] = "recall-harness"
+    run_id = report_run_id(sweep)
+    for stale in (out / "wandb").glob(f"offline-run-*-{run_id}"):
+        shutil.rmtree(stale, ignore_errors=True)  # a re-report replaces the local copy
+    preset = description.get("experiment")
+    run = init_run(
+        logger_cfg,
+        id=run_id,
+        resume="allow",
+        dir=str(out),
+        name=f"report {sweep_group(sweep, None)}",
+        group=sweep_group(sweep, preset),
+        tags=[f"preset:{preset}"] if preset else [],
+        job_type="report",
+        config={
+            "sweep": str(sweep),
+            "command": description.get("command"),
+            "commands": description.get("commands"),
+        },
+    )
+    logged: dict[str, Any] = {}
+    for name, rows in tables.items():
+        if rows:
+            columns = list(dict.fromkeys(k for row in rows for k in row))
+            data = [[row.get(c) for c in columns] for row in rows]
+            logged[f"report/{name}"] = wandb.Table(columns=columns, data=data)
+    for figure in figures:
+        logged[f"report/{figure.stem}"] = wandb.Image(str(figure))
+    frontier = tables.get("frontier") or []
+    if frontier:
+        logged["report/frontier_plot"] = wandb.plot.scatter(
+            logged["report/frontier"], "state_bytes_per_layer", "test_acc", title="frontier"
+        )
+    run.log(logged)
+    folder = Path(run.dir).parent
+    wandb.finish()
+    wandb.teardown()  # offline: the run's file is complete when this returns
+    return folder

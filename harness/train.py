@@ -3,8 +3,8 @@ fit, test, and write `results.json` whatever happens (status ok, diverged or fai
 
 import logging
 import os
+import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +17,9 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from harness.build import Parts, build, resolved_model_params
+from harness.build import BadInput, Parts, build, resolved_model_params
 from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
+from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.module import Diverged
 from harness.results import (
     append_summary,
@@ -28,7 +29,8 @@ from harness.results import (
     state_record,
     write_record,
 )
-from harness.tracking import finish_wandb, start_wandb
+from harness.sweep import count_finished_job, sweep_description, swept_values
+from harness.tracking import finish_wandb, run_name, start_wandb, sweep_group
 from models.mixers.base import DenominatorCollapse
 
 log = logging.getLogger(__name__)
@@ -87,11 +89,12 @@ def finished_record(cfg: DictConfig, job: Job) -> dict | None:
 
 def run(cfg: DictConfig) -> dict:
     """Train and test one config; always writes `results.json` (status ok/diverged/failed)."""
+    quiet()
     job = Job.of(cfg)
     done = finished_record(cfg, job)
     if done is not None:
-        log.info("skipping: %s already has an ok record in the sweep (resume=true)", job.digest)
         write_record(job.run_dir, done)
+        announce(job, done, "skipping: already ok in this sweep (resume=true)")
         return done
     if job_threads(cfg):
         torch.set_num_threads(job_threads(cfg))
@@ -101,7 +104,7 @@ def run(cfg: DictConfig) -> dict:
     try:
         parts = build(cfg)
         describe(record, cfg, parts)
-        logger = start_logger(cfg, job, parts)
+        logger = start_logger(cfg, job, record)
         trainer = make_trainer(cfg, job, logger)
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
@@ -112,6 +115,13 @@ def run(cfg: DictConfig) -> dict:
     except (Diverged, DenominatorCollapse) as error:
         record.update(status="diverged", error=str(error))
         discard(job.checkpoint)
+    except BadInput as error:
+        record["error"] = str(error)
+        raise
+    except (KeyboardInterrupt, SystemExit) as error:  # Lightning turns Ctrl-C into exit(1)
+        record["error"] = f"interrupted ({type(error).__name__})"
+        print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
+        raise
     except BaseException as error:
         record["error"] = f"{type(error).__name__}: {error}"
         raise
@@ -138,20 +148,52 @@ def is_recording_rank() -> bool:
     return rank_zero_only.rank == 0
 
 
-def start_logger(cfg: DictConfig, job: Job, parts: Parts) -> Logger | None:
-    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1)."""
+def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
+    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1): named by its
+    swept values (`deltanet-d128-kv8-T256-s1`), grouped by sweep (or preset), tagged with
+    preset, task and model; its config holds the resolved config, the parameter count and the
+    state."""
     if not is_recording_rank():
         return None
-    name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
-    group = job.sweep.name if job.sweep else None
+    preset = experiment_name()
+    swept = sweep_description(job.sweep).get("swept")
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    return start_wandb(cfg.logger, job.run_dir, name, group, cfg.task.name, resolved)
+    resolved.update(preset=preset, num_params=record["num_params"], state=record["state"])
+    return start_wandb(
+        cfg.logger,
+        job.run_dir,
+        name=run_name(record, swept, job_number()),
+        group=sweep_group(job.sweep, preset),
+        tags=[
+            f"preset:{preset}" if preset else "",
+            f"task:{cfg.task.name}",
+            f"model:{cfg.model.name}",
+        ],
+        config=resolved,
+    )
+
+
+def experiment_name() -> str | None:
+    """The preset (`experiment=...`) this run was composed with, if any."""
+    if not HydraConfig.initialized():
+        return None
+    return HydraConfig.get().runtime.choices.get("experiment")
+
+
+def job_number() -> int | None:
+    """This job's index in its sweep."""
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return HydraConfig.get().job.num
+    return None
 
 
 def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None) -> L.Trainer:
     """Lightning's Trainer with early stopping at `early_stop_acc` and kill-safe checkpoints."""
     return L.Trainer(
-        **cfg.trainer,
+        **{
+            **cfg.trainer,
+            "enable_progress_bar": show_progress_bar(cfg.trainer.enable_progress_bar),
+        },
         logger=logger if logger is not None else False,
         default_root_dir=job.run_dir,
         enable_checkpointing=False,
@@ -174,10 +216,7 @@ def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dic
     resume_path, resumed_at = resumable(job.checkpoint)
     start = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            # StepBatchSampler resumes mid-epoch exactly; Lightning cannot know that.
-            warnings.filterwarnings("ignore", ".*dataloader is not resumable.*")
-            trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
+        trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
     finally:
         wall = time.perf_counter() - start
         steps = trainer.global_step
@@ -199,18 +238,26 @@ def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
 
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:
-    """Close W&B, write `results.json`, append to the sweep's `summary.jsonl` (rank 0)."""
+    """Close W&B, write `results.json`, append to the sweep's `summary.jsonl`, and print the
+    job's closing line (a single run's failure is reported by its error instead); rank 0 only."""
     if not is_recording_rank():
         return
     if logger is not None:
-        summary = {**record["metrics"], "state": record["state"], "status": record["status"]}
-        record["wandb"] = finish_wandb(logger, summary)
+        record["wandb"] = finish_wandb(logger, record)
     write_record(job.run_dir, record)
     if job.sweep is not None:
         append_summary(job.sweep, record)
-    log.info(
-        "test/acc=%s state floats/layer=%s -> %s",
-        record["metrics"].get("test/acc"),
-        (record["state"] or {}).get("floats_per_layer"),
-        job.run_dir / "results.json",
-    )
+    if job.sweep is not None or record["status"] != "failed":
+        announce(job, record, f"-> {job.run_dir / 'results.json'}" if job.sweep is None else "")
+
+
+def announce(job: Job, record: dict, note: str = "") -> None:
+    """Print the job's closing line; in a sweep prefixed by `[finished/jobs]`."""
+    description = sweep_description(job.sweep)
+    position = None
+    if job.sweep is not None:
+        position = f"{count_finished_job(job.sweep)}/{description.get('jobs') or '?'}"
+    values = {"task.seq_len": record.get("seq_len")}
+    values.update(swept_values(record, description.get("swept")))
+    line = job_line(record, values, position)
+    print(f"{line}  {note}".rstrip(), flush=True)

@@ -114,7 +114,7 @@ class LanguageModel(nn.Module):
             "seq_len",
             seq_len,
             f"<= {self.max_seq_len}, the trained length, with pos_emb=learned "
-            "(use model pos_emb=none to evaluate longer sequences)",
+            "(backbone.pos_emb=none evaluates at any length)",
         )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

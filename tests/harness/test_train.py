@@ -58,12 +58,16 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     assert saved["state"]["grows_with_seq_len"] is False
     assert 0.0 <= saved["metrics"]["test/acc"] <= 1.0
     assert saved["train"]["steps"] == 30
-    assert "test/acc=" in result.stdout and "state floats/layer=4224" in result.stdout
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("ok")]
+    assert f"acc {saved['metrics']['test/acc']:.3f}" in line
+    assert "state 16.5 KiB/layer" in line and "assoc_recall  favor  seq_len=24" in line
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 
 
 def test_cli_bad_input_is_one_clear_line(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "model=favor", "model.feature_dim=0", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: feature_dim=0 is invalid")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("error: model.feature_dim=0 is invalid")
+    )
     assert "Traceback" not in result.stderr

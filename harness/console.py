@@ -1,0 +1,132 @@
+"""What a run prints, in one place: the known warnings and banners silenced once, progress bars
+only on a terminal, one closing line per job, and what to do after Ctrl-C.
+
+A sweep's header and closing summary are printed by `harness.callbacks` (a Hydra callback)."""
+
+import logging
+import re
+import sys
+import warnings
+from pathlib import Path
+
+KNOWN_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\)",  # torch's pytree deprecation, raised by Lightning
+    r".*weights_only",  # torch.load's default changed; our checkpoints are our own
+    r".*dataloader is not resumable",  # StepBatchSampler resumes mid-epoch exactly
+    r".*does not have many workers",  # data are in memory: workers would only add overhead
+    r".*smaller than the logging interval",
+    r".*GPU available but not used",
+)
+KNOWN_BANNERS = (
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "💡 Tip:",
+    "`Trainer.fit` stopped:",
+    "Detected KeyboardInterrupt",  # `interrupted` says what happened and what to do
+    "`weights_only` was not set",  # every kill-safe checkpoint save
+)
+BANNER_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.trainer.connectors.checkpoint_connector",
+)
+
+
+class DropBanners(logging.Filter):
+    """Drops Lightning's per-run banners (accelerator, tips), which repeat for every job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).lstrip().startswith(KNOWN_BANNERS)
+
+
+def quiet() -> None:
+    """Silence the known warnings and banners (idempotent; call before training)."""
+    for pattern in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+    for name in BANNER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropBanners) for f in logger.filters):
+            logger.addFilter(DropBanners())
+
+
+def show_progress_bar(requested: bool) -> bool:
+    """A progress bar only when asked for and the console is a terminal: in a log file (or a
+    W&B console log) every refresh would be a new line."""
+    return bool(requested) and sys.stderr.isatty()
+
+
+def human_bytes(count: float | None) -> str:
+    """`12.0 KiB`-style size (binary units, as memory is counted)."""
+    if count is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"
+
+
+def human_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def strongest_baseline(metrics: dict) -> tuple[str, float] | None:
+    """The best binding-free strategy of the record (`test/baseline/<name>`), if it has any."""
+    baselines = {
+        k.rsplit("/", 1)[1]: v
+        for k, v in metrics.items()
+        if k.startswith("test/baseline/") and v is not None
+    }
+    if not baselines:
+        return None
+    name = max(baselines, key=baselines.get)
+    return name, baselines[name]
+
+
+def diverged_step(error: str | None) -> int | None:
+    """The step in a divergence message (`... at step 132`)."""
+    match = re.search(r"at step (\d+)", error or "")
+    return int(match[1]) if match else None
+
+
+def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
+    """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
+    the strongest baseline, state size, time, and why it did not finish when it did not."""
+    status = record.get("status", "failed")
+    parts = [f"[{position}]" if position else "", f"{status:<8}", record.get("task") or "?"]
+    parts.append(record.get("model") or "?")
+    parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in values.items()]
+    metrics = record.get("metrics") or {}
+    if status == "ok":
+        text = f"acc {metrics.get('test/acc', float('nan')):.3f}"
+        baseline = strongest_baseline(metrics)
+        if baseline:
+            text += f" (baseline {baseline[1]:.3f} {baseline[0]})"
+        parts.append(text)
+    state = record.get("state") or {}
+    if state:
+        parts.append(f"state {human_bytes(state.get('bytes_per_layer'))}/layer")
+    train = record.get("train") or {}
+    if train:
+        parts.append(human_time(train.get("wall_s")))
+        if status == "ok" and train.get("converged") is False:
+            parts.append("not converged (budget ran out while improving)")
+    if status != "ok":
+        parts.append(f"-- {record.get('error') or 'no error message'}")
+    return "  ".join(p for p in parts if p)
+
+
+def interrupted(checkpoint: Path, sweep: Path | None) -> str:
+    """What Ctrl-C left behind and how to go on."""
+    rerun = "run the same command again"
+    if sweep is not None:
+        rerun += f" with hydra.sweep.dir={sweep} (finished jobs are skipped)"
+    if checkpoint.exists():
+        return f"interrupted: training state kept in {checkpoint}; {rerun} to resume from it"
+    return f"interrupted before the first checkpoint; {rerun} to start this job again"

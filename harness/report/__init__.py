@@ -1,0 +1,131 @@
+"""Turn a sweep folder into a comparison: `python -m harness.report multirun/<date>/<time>`.
+
+Reads every job's record (`harness.sweep.load_sweep`), aggregates repeated seeds (mean,
+standard deviation, count), picks the best learning rate per point by validation accuracy
+where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, the figures that the
+sweep's varied parameters call for (`acc_vs_seq_len.png`, `acc_vs_state.png`,
+`acc_vs_test_length.png`, `needle_heatmap.png`, `copy_vs_length.png`) and `report.html` (all
+of it on one self-contained page). The table is printed, and everything is logged to one W&B
+run per sweep in the sweep's project."""
+
+from collections import Counter
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from omegaconf import OmegaConf
+
+from harness.report.figures import accuracy_figure, length_figure
+from harness.report.page import write_page
+from harness.report.points import (
+    AVERAGED,
+    SELECTED,
+    Point,
+    aggregate,
+    clean_rows,
+    fixed_settings,
+    parameter_columns,
+    varied,
+)
+from harness.report.slices import copy_figure, needle_heatmap
+from harness.report.style import save
+from harness.report.table import frontier_rows, point_rows, problem_rows
+from harness.sweep import load_sweep, sweep_description
+from harness.tables import print_table, write_csv
+
+__all__ = ["report"]
+
+
+def description_of(sweep: Path) -> dict:
+    """`sweep.json`, or what Hydra's `multirun.yaml` says (sweeps started before it existed)."""
+    description = sweep_description(sweep)
+    if description or not (sweep / "multirun.yaml").exists():
+        return description
+    from harness.callbacks import sweep_plan
+
+    config = OmegaConf.load(sweep / "multirun.yaml")
+    overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    logger = OmegaConf.to_container(config.get("logger") or OmegaConf.create({}), resolve=False)
+    return {
+        "command": " ".join(["python run.py -m", *overrides]),
+        "swept": sweep_plan(config)[1],
+        "experiment": OmegaConf.select(config, "hydra.runtime.choices.experiment"),
+        "logger": logger,
+    }
+
+
+def wandb_mode_of(description: dict, requested: str) -> str:
+    """`auto`: the sweep's own W&B mode (`disabled` when it ran with `logger=none`)."""
+    if requested != "auto":
+        return requested
+    logger = description.get("logger") or {}
+    if logger.get("name") == "none":
+        return "disabled"
+    return logger.get("mode") or "offline"
+
+
+def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
+    """Every figure the points call for, by file name (a figure for a variable that was not
+    varied, or a task that is not there, is left out)."""
+    figures = {
+        "acc_vs_seq_len": accuracy_figure(
+            points, "task.seq_len", point_keys, "Accuracy against sequence length"
+        ),
+        "acc_vs_state": accuracy_figure(
+            points, "state_bytes", point_keys, "Accuracy against recurrent state size"
+        ),
+        "acc_vs_test_length": length_figure(points, point_keys),
+        "needle_heatmap": needle_heatmap(points, point_keys),
+        "copy_vs_length": copy_figure(points, point_keys),
+    }
+    return {name: figure for name, figure in figures.items() if figure is not None}
+
+
+def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> list[dict]:
+    """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table."""
+    sweep = Path(sweep)
+    frame = load_sweep(sweep)
+    if frame.empty:
+        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
+    out = Path(out or sweep / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    description = description_of(sweep)
+    rows = clean_rows(frame)
+    columns = parameter_columns(rows)
+    swept = varied(rows, columns)
+    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
+    lr_grid = "optim.lr" in swept
+    points = aggregate(rows, point_keys)
+    statuses = Counter(r.get("status", "failed") for r in rows)
+    notes = [
+        f"{len(rows)} jobs: "
+        + ", ".join(f"{statuses[s]} {s}" for s in ("ok", "diverged", "failed"))
+        + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
+        "Accuracy: mean over the seeds that finished; error bars: their standard deviation.",
+    ]
+    if lr_grid:
+        lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
+        notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
+    figures = []
+    for name, figure in draw(points, point_keys).items():
+        save(figure, out / f"{name}.png")
+        figures.append(out / f"{name}.png")
+    table = point_rows(points, point_keys, lr_grid)
+    problems = problem_rows(rows, description.get("swept") or point_keys)
+    fixed = fixed_settings(rows, [c for c in columns if c not in swept])
+    written = [write_csv(table, out / "table.csv"), *figures]
+    written.append(write_page(out / "report.html", sweep, description, notes, fixed, figures,
+                              table, problems))  # fmt: skip
+    print_table(table)
+    for line in notes:
+        print(line)
+    for problem in problems:
+        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+    mode = wandb_mode_of(description, wandb_mode)
+    if mode != "disabled":
+        from harness.tracking import log_report
+
+        tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+        folder = log_report(sweep, out, description, mode, tables, figures)
+        print(f"W&B ({mode}): {folder}")
+    print(f"written to {out}: {', '.join(p.name for p in written)}")
+    return table

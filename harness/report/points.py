@@ -1,0 +1,250 @@
+"""From a sweep's rows (`harness.sweep.load_sweep`) to the points the report draws: one point
+per (task, model, varied parameters), seeds averaged, the learning rate selected on
+validation accuracy, failures and divergences kept with their reason."""
+
+import json
+import math
+import re
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import pandas as pd
+
+AVERAGED = ("seed", "data.seed")
+"""Repeats of one point: their test accuracy is averaged (mean, standard deviation)."""
+SELECTED = ("optim.lr",)
+"""A grid per point: the value with the best mean validation accuracy is kept."""
+PARAMETER_PREFIXES = ("task.", "model.", "backbone.", "optim.", "data.", "trainer.")
+PARAMETER_KEYS = ("seed", "early_stop_acc")
+NOT_POINT_KEYS = ("task.eval_seq_lens", "trainer.enable_progress_bar")
+LENGTH_PREFIX = "test/acc_by/seq_len/"
+BASELINE_PREFIX = "test/baseline/"
+
+
+def missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def as_key(value: Any) -> str:
+    """A hashable, comparable form of any cell (lists included); missing is `null`."""
+    return "null" if missing(value) else json.dumps(value, sort_keys=True, default=str)
+
+
+def sort_key(value: Any) -> tuple:
+    """Numbers numerically (128 after 64), then text, then missing."""
+    if missing(value):
+        return (2, "")
+    if isinstance(value, bool):
+        return (1, str(value))
+    if isinstance(value, int | float):
+        return (0, float(value))
+    return (1, str(value))
+
+
+@dataclass
+class Point:
+    """One (task, model, varied parameters) of the sweep, seeds aggregated."""
+
+    task: str
+    model: str
+    params: dict[str, Any]
+    status: str = "failed"
+    test_acc: float | None = None
+    test_acc_std: float | None = None
+    seeds: int = 0
+    not_ok: int = 0
+    lr: float | None = None
+    state_bytes: float | None = None
+    converged: bool | None = None
+    baselines: dict[str, float] = field(default_factory=dict)
+    by_length: dict[int, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+    seq_len: int | None = None
+    """The training length (also when it was not varied)."""
+    refused: bool = False
+    """Every job of the point was refused before it was built."""
+
+    def get(self, key: str) -> Any:
+        """A parameter, or `state_bytes`, by name."""
+        return self.state_bytes if key == "state_bytes" else self.params.get(key)
+
+
+def clean_rows(frame: pd.DataFrame) -> list[dict]:
+    """The DataFrame's rows as dicts with NaN turned into None."""
+    rows = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return [{k: integral(v) for k, v in row.items() if not missing(v)} for row in rows]
+
+
+def integral(value: Any) -> Any:
+    """128.0 -> 128: pandas stores an integer column with gaps as floats."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def parameter_columns(rows: list[dict]) -> list[str]:
+    keys = dict.fromkeys(k for row in rows for k in row)
+    return [
+        k
+        for k in keys
+        if (k.startswith(PARAMETER_PREFIXES) or k in PARAMETER_KEYS) and k not in NOT_POINT_KEYS
+    ]
+
+
+def refused(row: dict) -> bool:
+    """A run refused before it was built (its parameters are the mistake, not a setting)."""
+    return row.get("status") == "failed" and "state.floats_per_layer" not in row
+
+
+def varied(rows: list[dict], columns: list[str]) -> list[str]:
+    """Columns that take more than one value within some (task, model)."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in rows:
+        groups[(row.get("task"), row.get("model"))].append(row)
+
+    def varies(column: str) -> bool:
+        return any(
+            len({as_key(r[column]) for r in group if column in r}) > 1 for group in groups.values()
+        )
+
+    return [c for c in columns if varies(c)]
+
+
+def fixed_settings(rows: list[dict], columns: list[str]) -> dict[str, Any]:
+    """Settings no job varied, to show once: one value for every job, or, where models
+    differ (a mixer's own parameters, a learning rate per model), each model's value."""
+    fixed: dict[str, Any] = {}
+    for column in columns:
+        by_model: dict[str, set[str]] = defaultdict(set)
+        for row in rows:
+            if column in row:
+                by_model[row.get("model")].add(as_key(row[column]))
+        values = set().union(*by_model.values()) if by_model else set()
+        if len(values) == 1:
+            fixed[column] = json.loads(values.pop())
+        elif values and all(len(v) == 1 for v in by_model.values()):
+            fixed[column] = ", ".join(f"{m}: {next(iter(v))}" for m, v in sorted(by_model.items()))
+    return fixed
+
+
+def mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    values = [v for v in values if not missing(v)]
+    if not values:
+        return None, None
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def short_error(error: str | None) -> str:
+    """`diverged at step 42` / the first line of an error, for tables and figures."""
+    text = (error or "no error message").strip().splitlines()[0]
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def step_of(error: str | None) -> int | None:
+    match = re.search(r"at step (\d+)", error or "")
+    return int(match[1]) if match else None
+
+
+def why_not_ok(rows: list[dict]) -> str:
+    """One phrase for the failed and diverged rows of a point."""
+    diverged = [r for r in rows if r.get("status") == "diverged"]
+    if diverged:
+        steps = sorted(s for s in (step_of(r.get("error")) for r in diverged) if s is not None)
+        where = f" at step {steps[0]}" if len(steps) == 1 else ""
+        if len(steps) > 1:
+            where = f" at steps {', '.join(map(str, steps))}"
+        return f"diverged{where}"
+    return f"failed: {short_error(rows[0].get('error'))}" if rows else ""
+
+
+def aggregate(rows: list[dict], point_keys: list[str]) -> list[Point]:
+    """Points: rows grouped by task, model and `point_keys`; the learning rate chosen by mean
+    validation accuracy over the ok seeds; test accuracy averaged over those seeds."""
+    groups: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        key = (row.get("task"), row.get("model"), *(as_key(row.get(c)) for c in point_keys))
+        groups[key][as_key(row.get("optim.lr"))].append(row)
+    return [make_point(by_lr, point_keys) for by_lr in groups.values()]
+
+
+def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
+    def validation(group: list[dict]) -> float:
+        val, _ = mean_std([r.get("val/acc") for r in group if r.get("status") == "ok"])
+        return -1.0 if val is None else val
+
+    group = max(by_lr.values(), key=validation)
+    if validation(group) < 0:  # nothing ok at any learning rate: show every attempt
+        group = [r for g in by_lr.values() for r in g]
+    ok = [r for r in group if r.get("status") == "ok"]
+    first = group[0]
+    point = Point(first.get("task"), first.get("model"), {k: first.get(k) for k in point_keys})
+    point.lr = first.get("optim.lr") if ok else None
+    point.seq_len = first.get("task.seq_len", first.get("seq_len"))
+    point.seeds, point.not_ok = len(ok), len(group) - len(ok)
+    point.status = "ok" if ok else ("diverged" if any_diverged(group) else "failed")
+    point.test_acc, point.test_acc_std = mean_std([r.get("test/acc") for r in ok])
+    states = [r["state.bytes_per_layer"] for r in group if "state.bytes_per_layer" in r]
+    point.state_bytes = states[0] if states else None
+    flags = [r["train.converged"] for r in ok if "train.converged" in r]
+    point.converged = all(flags) if flags else None
+    point.metrics = mean_metrics(ok)
+    point.by_length = {
+        int(k[len(LENGTH_PREFIX) :]): v
+        for k, v in point.metrics.items()
+        if k.startswith(LENGTH_PREFIX)
+    }
+    point.baselines = {
+        k[len(BASELINE_PREFIX) :]: v
+        for k, v in mean_metrics(group).items()
+        if k.startswith(BASELINE_PREFIX)
+    } or fallback_baselines(first)
+    point.refused = all(refused(r) for r in group)
+    point.note = why_not_ok([r for r in group if r.get("status") != "ok"])
+    if ok and point.note:
+        point.note = f"{point.not_ok} of {len(group)} seeds {point.note}"
+    return point
+
+
+def any_diverged(rows: list[dict]) -> bool:
+    return any(r.get("status") == "diverged" for r in rows)
+
+
+def mean_metrics(rows: list[dict]) -> dict[str, float]:
+    keys = dict.fromkeys(
+        k for r in rows for k in r if k.startswith("test/") or k.startswith("val/")
+    )
+    means = {k: mean_std([r.get(k) for r in rows])[0] for k in keys}
+    return {k: v for k, v in means.items() if v is not None}
+
+
+def fallback_baselines(row: dict) -> dict[str, float]:
+    """Chance for a record written before records carried baselines: the task rebuilt from its
+    parameters, scored by its own `baselines` (if it has them) on a generated set."""
+    params = {k[len("task.") :]: v for k, v in row.items() if k.startswith("task.")}
+    params.pop("eval_seq_lens", None)
+    chance = task_chance(row.get("task"), json.dumps(params, sort_keys=True))
+    return {} if chance is None else {"chance": chance}
+
+
+@cache
+def task_chance(task: str | None, params_json: str) -> float | None:
+    from tasks import build_task
+
+    try:
+        built = build_task(task, **json.loads(params_json))
+        baselines = getattr(built, "baselines", None)
+        return None if baselines is None else float(baselines(built.generate(500, 0))["chance"])
+    except Exception:  # noqa: BLE001 - a report is drawn without the line rather than not at all
+        return None
+
+
+def covaries(points: list[Point], column: str, x: str) -> bool:
+    """Whether `column` is a function of `x` within every (task, model): swept together with
+    the x axis (seq_len = 8 x pairs; d_model and the state), it must not split lines."""
+    values: dict[tuple, set[str]] = defaultdict(set)
+    for p in points:
+        if not missing(p.get(x)):
+            values[(p.task, p.model, as_key(p.get(x)))].add(as_key(p.get(column)))
+    return all(len(v) == 1 for v in values.values())

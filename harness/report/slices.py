@@ -1,0 +1,103 @@
+"""Figures of sliced accuracy: the needle's depth x length heatmap, and copy accuracy against
+string length (the `test/acc_by/<slice>/<value>` metrics of each point)."""
+
+from dataclasses import replace
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from harness.report.figures import draw_baselines, draw_models, finish, in_panel, panels
+from harness.report.points import Point, sort_key
+from harness.report.style import (
+    AXIS_TITLES,
+    accuracy_axis,
+    describe,
+    grid,
+    model_order,
+)
+
+
+def slice_values(point: Point, name: str) -> dict[int, float]:
+    prefix = f"test/acc_by/{name}/"
+    return {int(k[len(prefix) :]): v for k, v in point.metrics.items() if k.startswith(prefix)}
+
+
+def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
+    """Depth x length accuracy, one panel per model (and per value of any other varied
+    parameter); a model with no ok job shows why instead of cells."""
+    needle = [p for p in points if p.task == "needle"]
+    if not needle:
+        return None
+    others = [k for k in point_keys if k != "task.seq_len"]
+    layout = [
+        (model, values)
+        for _, values in panels(needle, others)
+        for model in sorted({p.model for p in needle}, key=model_order)
+    ]
+    fig, axes = grid(len(layout), width=3.8, height=3.4)
+    image = None
+    for ax, (model, values) in zip(axes, layout, strict=True):
+        mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
+        lengths = sorted({p.get("task.seq_len") for p in mine}, key=sort_key)
+        ok = [p for p in mine if p.status == "ok" and slice_values(p, "depth_bin")]
+        depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
+        ax.set_title(" · ".join(filter(None, [model, describe(values)])), fontsize=10)
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_xlabel(AXIS_TITLES["task.seq_len"])
+        if not ok:
+            ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
+            reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
+            ax.text(
+                0.5,
+                0.5,
+                f"no ok job\n{reasons}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                transform=ax.transAxes,
+            )
+            ax.set_xlim(-0.5, len(lengths) - 0.5)
+            ax.set_yticks([])
+            continue
+        cells = np.full((len(depths), len(lengths)), np.nan)
+        for p in ok:
+            column = lengths.index(p.get("task.seq_len"))
+            for depth, acc in slice_values(p, "depth_bin").items():
+                cells[depths.index(depth), column] = acc
+        image = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+        for (row, column), value in np.ndenumerate(cells):
+            text = "n/a" if np.isnan(value) else f"{value:.2f}".lstrip("0")
+            shade = "black" if not np.isnan(value) and value > 0.6 else "white"
+            ax.text(column, row, text, ha="center", va="center", fontsize=6, color=shade)
+        ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
+        ax.set_ylabel(AXIS_TITLES["depth_bin"])
+    if image is not None:
+        fig.colorbar(image, ax=axes, label="accuracy", shrink=0.8)
+    fig.suptitle("Needle retrieval: accuracy by depth and length", fontsize=12)
+    return fig
+
+
+def copy_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
+    """Copy accuracy against the example's string length, one line per model; a failed or
+    diverged job has no string lengths and is listed under the figure."""
+    copy = [p for p in points if p.task == "copy"]
+    if not any(len(slice_values(p, "copy_len")) > 1 for p in copy):
+        return None
+    layout = panels(copy, point_keys)
+    fig, axes = grid(len(layout))
+    for ax, (task, values) in zip(axes, layout, strict=True):
+        mine = [p for p in copy if in_panel(p, task, values)]
+        by_length = [
+            replace(p, test_acc=acc, test_acc_std=None, params={**p.params, "copy_len": n})
+            for p in mine
+            if p.status == "ok"
+            for n, acc in slice_values(p, "copy_len").items()
+        ]
+        draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc)
+        draw_baselines(ax, mine, None)
+        ax.set_xlabel(AXIS_TITLES["copy_len"])
+        accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+    unplaced = [p for p in copy if p.status != "ok"]
+    finish(fig, axes, copy, "Copying: accuracy against string length", unplaced)
+    return fig

@@ -1,0 +1,136 @@
+"""How the report's figures look: one fixed colour and marker per model in every figure,
+readable log2 axes, axis titles with units, panels laid out in a grid."""
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+
+from harness.console import human_bytes  # noqa: E402
+
+KNOWN_MODELS = (
+    "softmax",
+    "linear",
+    "favor",
+    "retnet",
+    "rwkv",
+    "based",
+    "deltanet",
+    "rff",
+    "identity",
+    "sliding_window",
+)
+"""The registry's mixers in a fixed order: model i gets colour i, whatever the sweep holds."""
+MARKERS = "osD^vP*Xhp<>"
+AXIS_TITLES = {
+    "task.seq_len": "sequence length (tokens)",
+    "state_bytes": "recurrent state per layer (bytes)",
+    "test_length": "test sequence length (tokens)",
+    "copy_len": "string length (tokens)",
+    "depth_bin": "needle depth (fraction of the context)",
+}
+ACCURACY = "test accuracy (scored tokens)"
+BASELINE_STYLES = {"chance": ":", "in_context": "--", "elimination": "-."}
+SHORT_NAMES = {
+    "backbone.d_model": "d_model",
+    "task.num_kv_pairs": "kv pairs",
+    "task.seq_len": "seq_len",
+    "task.vocab_size": "vocab",
+}
+
+
+def colour(model: str) -> Any:
+    """The model's colour: softmax black, the others tab10 in registry order."""
+    if model == "softmax":
+        return "black"
+    if model in KNOWN_MODELS:
+        return plt.cm.tab10(KNOWN_MODELS.index(model) - 1)
+    return plt.cm.tab20(sum(map(ord, model)) % 20)
+
+
+def model_order(model: str) -> tuple:
+    """Legends list models in the registry's fixed order (softmax first), unknown ones last."""
+    return (KNOWN_MODELS.index(model) if model in KNOWN_MODELS else len(KNOWN_MODELS), model)
+
+
+def marker(model: str) -> str:
+    index = KNOWN_MODELS.index(model) if model in KNOWN_MODELS else sum(map(ord, model))
+    return MARKERS[index % len(MARKERS)]
+
+
+def short(key: str) -> str:
+    """A parameter's name for panel titles and annotations (`d_model`, `kv pairs`)."""
+    return SHORT_NAMES.get(key, key.split(".", 1)[-1])
+
+
+def describe(params: dict[str, Any]) -> str:
+    """`kv pairs=8, d_model=64`."""
+    return ", ".join(f"{short(k)}={v}" for k, v in params.items())
+
+
+def grid(count: int, width: float = 4.6, height: float = 3.6) -> tuple[plt.Figure, list]:
+    """A figure with `count` panels, at most three per row (constrained layout: no clipping)."""
+    columns = min(count, 3)
+    rows = math.ceil(count / columns)
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(width * columns + 2.2, height * rows + 0.9),
+        squeeze=False,
+        layout="constrained",
+    )
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
+def powers_of_two(low: float, high: float, most: int = 8) -> list[float]:
+    """Powers of two spanning [low, high], every k-th so that at most `most` remain."""
+    first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
+    step = max(1, math.ceil((last - first + 1) / most))
+    return [2.0**e for e in range(first, last + 1, step)]
+
+
+def log2_axis(ax, values: Sequence[float], kind: str) -> None:
+    """A log2 x axis with labelled major ticks only: at the values themselves for lengths (up
+    to 10 of them), else at powers of two; sizes labelled `8 KiB`."""
+    values = sorted({float(v) for v in values if v and v > 0})
+    if not values:
+        return
+    ax.set_xscale("log", base=2)
+    if kind == "bytes" or len(values) > 10:
+        ticks = powers_of_two(values[0], values[-1])
+    else:
+        ticks = values
+    ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(ticker.NullLocator())
+    if kind == "bytes":
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: bytes_label(v)))
+    else:
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    margin = 2**0.3
+    low, high = min(values[0], ticks[0]), max(values[-1], ticks[-1])
+    ax.set_xlim(low / margin, high * margin)
+
+
+def bytes_label(value: float) -> str:
+    """`8 KiB`, `1.5 MiB` (no `.0`)."""
+    return human_bytes(value).replace(".0 ", " ")
+
+
+def accuracy_axis(ax) -> None:
+    ax.set_ylim(-0.06, 1.04)
+    ax.set_ylabel(ACCURACY)
+    ax.yaxis.set_major_locator(ticker.MultipleLocator(0.2))
+    ax.grid(alpha=0.3)
+
+
+def save(fig: plt.Figure, path) -> None:
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -1,0 +1,69 @@
+"""The report's tables: one row per point (sorted numerically), the frontier (accuracy and
+state per job), and the jobs that did not finish with their error."""
+
+from typing import Any
+
+from harness.report.points import Point, sort_key
+
+
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> list[dict]:
+    """One row per point: parameters, state, accuracy (mean, std over seeds), counts,
+    convergence, baselines, accuracy at each test length, and the note when not ok."""
+    lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
+    baselines = sorted({name for p in points for name in p.baselines})
+    rows = []
+    for p in sorted(
+        points, key=lambda p: (p.task, p.model, *(sort_key(p.get(k)) for k in point_keys))
+    ):
+        row: dict[str, Any] = {"task": p.task, "model": p.model}
+        row.update({k: p.get(k) for k in point_keys})
+        row["state_bytes_per_layer"] = p.state_bytes
+        row["test_acc"] = rounded(p.test_acc)
+        row["std"] = rounded(p.test_acc_std)
+        row["seeds"] = p.seeds
+        row["not_ok"] = p.not_ok
+        row["converged"] = {True: "yes", False: "no", None: ""}[p.converged]
+        if lr_grid:
+            row["best_lr"] = p.lr
+        row.update({f"baseline.{b}": rounded(p.baselines.get(b)) for b in baselines})
+        row.update({f"acc@T={n}": rounded(p.by_length.get(n)) for n in lengths})
+        row["status"] = p.status
+        row["note"] = p.note
+        rows.append(row)
+    return rows
+
+
+def frontier_rows(rows: list[dict]) -> list[dict]:
+    """Every ok job's accuracy against its state (for W&B's scatter plot)."""
+    keep = ("task", "model", "task.seq_len", "backbone.d_model", "seed", "optim.lr", "test/acc")
+    return [
+        {
+            **{k.replace("/", "_"): r.get(k) for k in keep},
+            "state_bytes_per_layer": r.get("state.bytes_per_layer"),
+            "test_acc": r.get("test/acc"),
+        }
+        for r in rows
+        if r.get("status") == "ok"
+    ]
+
+
+def problem_rows(rows: list[dict], swept: list[str]) -> list[dict]:
+    """Each failed or diverged job: what it ran (its swept values) and its error."""
+    out = []
+    for r in rows:
+        if r.get("status") == "ok":
+            continue
+        values = {k: r.get(k) for k in ("task", "model", "task.seq_len", *swept) if k in r}
+        out.append(
+            {
+                "status": r.get("status"),
+                "job": " ".join(f"{k}={v}" for k, v in values.items()),
+                "error": r.get("error") or "",
+                "run_dir": r.get("run_dir") or "",
+            }
+        )
+    return out

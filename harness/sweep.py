@@ -1,0 +1,143 @@
+"""A sweep folder: its records as a table (`load_sweep`), its description (`sweep.json`,
+written when the sweep starts) and its progress counter.
+
+    from harness.sweep import load_sweep
+    df = load_sweep("multirun/2025-01-01/12-00-00")     # one row per job
+    df.groupby(["model", "task.seq_len"])["test/acc"].mean()
+"""
+
+import fcntl
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.results import read_summary, write_atomic
+
+DESCRIPTION = "sweep.json"
+PROGRESS = ".progress"
+NOT_PARAMETERS = (
+    "task",
+    "model",
+    "logger",
+    "hydra",
+    "checkpoint",
+    "threads",
+    "resume",
+    "output_dir",
+)
+"""Config keys that are not columns: the task and model groups come from the resolved
+`task_params` / `model_params`; the rest says where and how a job ran, not what it ran."""
+
+
+def records_of(folder: str | Path) -> list[dict]:
+    """The latest record of every config under `folder`: `summary.jsonl` in order (a rerun's
+    record replaces a failed one), plus `results.json` files it lacks (single runs under
+    `outputs/<date>`, or jobs of a sweep killed before they appended)."""
+    folder = Path(folder)
+    records: dict[str, dict] = {}
+    for record in read_summary(folder):
+        records[record.get("config_hash") or f"line {len(records)}"] = record
+    for path in sorted(folder.rglob("results.json")):
+        if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        records.setdefault(record.get("config_hash") or str(path), record)
+    return list(records.values())
+
+
+def flat_row(record: dict) -> dict[str, Any]:
+    """One job as one flat row: identity, parameters (`task.seq_len`, `model.feature_dim`,
+    `backbone.d_model`, `optim.lr`, ...), `state.*`, `train.*`, and every metric under its own
+    name (`test/acc`, `test/acc_by/<slice>/<value>`, `test/baseline/<name>`)."""
+    row: dict[str, Any] = {
+        key: record.get(key)
+        for key in ("status", "task", "model", "seed", "seq_len", "num_params", "error")
+    }
+    row["config_hash"], row["run_dir"] = record.get("config_hash"), record.get("run_dir")
+    row.update({f"task.{k}": v for k, v in (record.get("task_params") or {}).items()})
+    row.update({f"model.{k}": v for k, v in (record.get("model_params") or {}).items()})
+    config = {k: v for k, v in (record.get("config") or {}).items() if k not in NOT_PARAMETERS}
+    row.update(flatten(config))
+    row.pop("data.cache_dir", None)
+    row.update(flatten({"state": record.get("state") or {}, "train": record.get("train") or {}}))
+    row.update(record.get("metrics") or {})
+    return row
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts to dotted keys; lists and scalars stay values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def load_sweep(path: str | Path) -> pd.DataFrame:
+    """Every job of a sweep (or every run under an `outputs/` folder) as one flat row: see
+    `flat_row` for the columns. A failed job is a row too (`status`, `error`); columns a job
+    does not have are NaN."""
+    rows = [flat_row(r) for r in records_of(path)]
+    return pd.DataFrame(rows)
+
+
+def describe_sweep(sweep: Path, description: dict) -> None:
+    """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project) and reset
+    the progress counter; called once when the sweep starts. A folder swept again (to resume, or
+    to add jobs under another `hydra.sweep.subdir`) keeps every command and all swept keys."""
+    sweep.mkdir(parents=True, exist_ok=True)
+    earlier = sweep_description(sweep)
+    commands = [*earlier.get("commands", []), description["command"]]
+    description["commands"] = list(dict.fromkeys(commands))
+    description["swept"] = list(dict.fromkeys([*earlier.get("swept", []), *description["swept"]]))
+    write_atomic(sweep / DESCRIPTION, json.dumps(description, indent=2) + "\n")
+    (sweep / PROGRESS).write_text("")
+
+
+def sweep_description(sweep: Path | None) -> dict:
+    """`sweep.json` of `sweep`, or {} (no sweep, or one started another way)."""
+    if sweep is None:
+        return {}
+    try:
+        return json.loads((Path(sweep) / DESCRIPTION).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def count_finished_job(sweep: Path) -> int:
+    """Count one more finished job of this sweep and return how many have finished (jobs in
+    parallel processes share the counter: a file grown by one byte under a lock)."""
+    with open(Path(sweep) / PROGRESS, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.write(".")
+            handle.flush()
+            return handle.tell()
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def value_at(record: dict, key: str) -> Any:
+    """The value of a config key (`task.seq_len`, `backbone.d_model`, `seed`) in a record, or
+    None: task and model keys from the resolved parameters, the rest from the config."""
+    group, _, name = key.partition(".")
+    if group in ("task", "model") and name:
+        return (record.get(f"{group}_params") or {}).get(name)
+    node: Any = {**(record.get("config") or {}), "seed": record.get("seed")}
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def swept_values(record: dict, swept: list[str] | None) -> dict[str, Any]:
+    """`{key: value}` of the record at the sweep's swept keys (the task and model groups,
+    shown on their own, and Hydra's keys left out)."""
+    keys = [k for k in swept or [] if k not in ("task", "model") and not k.startswith("hydra")]
+    return {key: value_at(record, key) for key in keys}

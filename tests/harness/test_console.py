@@ -1,0 +1,150 @@
+"""The console fits a log file: known warnings and banners silenced, no progress bars off a
+terminal, one closing line per job, a sweep's i/N and summary, and what Ctrl-C left."""
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from harness.console import human_bytes, interrupted, job_line, quiet, show_progress_bar
+from tests.conftest import SMALL_RECALL, cli_command, cli_env
+
+OK = {
+    "status": "ok",
+    "task": "assoc_recall",
+    "model": "linear",
+    "metrics": {
+        "test/acc": 0.5041539901708402,
+        "test/baseline/chance": 0.0156,
+        "test/baseline/in_context": 0.25,
+    },
+    "state": {"bytes_per_layer": 16896},
+    "train": {"wall_s": 75.2, "converged": False},
+}
+
+
+def test_job_line_says_everything_in_one_line() -> None:
+    line = job_line(OK, {"task.seq_len": 64, "backbone.d_model": 128}, "3/12")
+    assert line.startswith("[3/12]  ok")
+    for part in (
+        "assoc_recall  linear  seq_len=64  d_model=128",
+        "acc 0.504",
+        "(baseline 0.250 in_context)",
+        "state 16.5 KiB/layer",
+        "1m15s",
+        "not converged",
+    ):
+        assert part in line, (part, line)
+    assert "\n" not in line
+
+
+def test_job_line_of_a_diverged_job_gives_the_reason() -> None:
+    error = "training loss is nan at step 132"
+    line = job_line({**OK, "status": "diverged", "error": error, "metrics": {}}, {})
+    assert line.startswith("diverged") and line.endswith(f"-- {error}")
+    assert "acc" not in line
+
+
+def test_sizes_are_readable() -> None:
+    assert [human_bytes(n) for n in (512, 16896, 3 * 2**20)] == ["512 B", "16.5 KiB", "3.0 MiB"]
+
+
+def test_known_warnings_and_banners_are_silenced() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet()
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, stacklevel=1)
+        warnings.warn("something new", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["something new"]
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    logger.addHandler(handler)
+    try:
+        logger.warning("GPU available: False, used: False")
+        logger.warning("💡 Tip: For seamless cloud logging, try installing litlogger")
+        logger.warning("Restoring states from the checkpoint path")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == ["Restoring states from the checkpoint path"]
+
+
+def test_no_progress_bar_off_a_terminal() -> None:
+    assert show_progress_bar(True) is False  # pytest captures stderr: not a terminal
+    assert show_progress_bar(False) is False
+
+
+def test_interrupted_says_how_to_resume(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "last.ckpt"
+    assert "start this job again" in interrupted(checkpoint, None)
+    checkpoint.write_text("x")
+    message = interrupted(checkpoint, tmp_path / "sweep")
+    assert f"kept in {checkpoint}" in message and f"hydra.sweep.dir={tmp_path / 'sweep'}" in message
+
+
+@pytest.mark.slow
+def test_sweep_console_fits_a_log_file(tiny_sweep) -> None:
+    sweep, result = tiny_sweep
+    output = result.stdout + result.stderr
+    assert len(output.encode()) < 4000, len(output.encode())
+    for noise in ("GPU available", "Tip:", "LeafSpec", "weights_only", "Training", "\r", "it/s"):
+        assert noise not in output, noise
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"sweep: {sweep} (4 jobs)"
+    finished = [line for line in lines if re.match(r"\[\d+/\d+\]", line)]
+    assert [line.split("]")[0] for line in finished] == ["[1/4", "[2/4", "[3/4", "[4/4"]
+    assert all("/4]  ok" in line and "seq_len=" in line and " acc " in line for line in finished)
+    assert lines[-1] == f"4 ok, 0 diverged, 0 failed -> python -m harness.report {sweep}"
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_checkpoint_and_says_rerun_resumes(tmp_path: Path) -> None:
+    args = [a for a in SMALL_RECALL if not a.startswith("trainer.max_steps")]
+    args += [
+        "trainer.max_steps=100000",
+        "trainer.val_check_interval=5",
+        "early_stop_acc=null",
+        "threads=1",
+        f"checkpoint.dir={tmp_path / 'ckpt'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    process = subprocess.Popen(
+        cli_command(*args), cwd=tmp_path, env=cli_env(tmp_path), stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 300
+    while not list((tmp_path / "ckpt").glob("*/last.ckpt")) and time.time() < deadline:
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    (checkpoint,) = (tmp_path / "ckpt").glob("*/last.ckpt")
+    assert f"interrupted: training state kept in {checkpoint}" in stderr, stderr[-2000:]
+    assert "run the same command again to resume" in stderr
+
+
+def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
+    from omegaconf import OmegaConf
+
+    from harness.callbacks import sweep_plan
+
+    config = OmegaConf.create(
+        {
+            "hydra": {
+                "sweeper": {
+                    "_target_": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
+                    "params": {"model": "softmax,linear,favor", "seed": "0,1,2"},
+                },
+                "overrides": {"task": ["task.num_kv_pairs=4,8", "seed=0", "threads=1"]},
+            }
+        }
+    )
+    jobs, swept = sweep_plan(config)
+    assert jobs == 3 * 2  # the command line's seed=0 replaces the preset's three seeds
+    assert swept == ["model", "task.num_kv_pairs"]

@@ -1,0 +1,66 @@
+"""W&B dashboards as they come: offline runs read back as `wandb sync` would upload them."""
+
+from pathlib import Path
+
+import pytest
+
+from harness.report import report
+from harness.tracking import report_run_id, run_name, sweep_group
+from tests.harness.synthetic import record
+from tests.harness.wandb_offline import read_run
+
+
+def test_run_names_come_from_the_swept_values() -> None:
+    job = record("deltanet", d_model=128, seq_len=256, seed=1, task_params={"num_kv_pairs": 8})
+    swept = ["model", "backbone.d_model", "task.num_kv_pairs", "task.seq_len", "seed"]
+    assert run_name(job, swept) == "deltanet-d128-kv8-T256-s1"
+    assert run_name(job, ["model", "optim.lr"]) == "deltanet-T256-lr0.002"
+    assert run_name(job, None, 3) == "deltanet-assoc_recall-T256-job3"
+
+
+def test_group_is_the_whole_sweep_id_or_the_preset() -> None:
+    sweep = Path("multirun/2025-01-31/12-00-00")
+    assert sweep_group(sweep, "state_frontier") == "state_frontier/2025-01-31/12-00-00"
+    assert sweep_group(sweep, None) == "2025-01-31/12-00-00"
+    assert sweep_group(None, "state_frontier") == "state_frontier"
+
+
+@pytest.mark.slow
+def test_job_runs_read_back(tiny_sweep) -> None:
+    sweep, _ = tiny_sweep
+    runs = [read_run(d) for d in sorted(sweep.glob("*/wandb/offline-run-*"))]
+    assert len(runs) == 4
+    assert sorted(r.name for r in runs) == [
+        "linear-T24",
+        "linear-T32",
+        "softmax-T24",
+        "softmax-T32",
+    ]
+    for run in runs:
+        assert run.group == "2025-01-31/12-00-00" and run.project == "recall-harness"
+        assert {"task:assoc_recall", f"model:{run.name.split('-')[0]}"} == set(run.tags)
+        step = [m for m in run.metrics if m.name == "trainer/global_step"]
+        every = [m for m in run.metrics if m.glob_name == "*"]
+        assert step and every and every[0].step_metric == "trainer/global_step"
+        for facts in (run.config, run.summary):
+            assert facts["num_params"] > 0 and facts["status"] == "ok"
+            assert facts["state"]["floats_per_layer"] > 0
+            assert facts["train"]["wall_s"] > 0 and facts["train"]["tokens_per_s"] > 0
+        assert "test/acc" in run.summary
+        assert [h["trainer/global_step"] for h in run.history if "train/loss" in h][:2] == [4, 9]
+        assert run.kinds["output_raw"] == 0  # no console (and no progress bars) captured
+
+
+@pytest.mark.slow
+def test_report_run_goes_to_the_sweeps_project_under_one_id(tiny_sweep) -> None:
+    sweep, _ = tiny_sweep
+    report(sweep)  # auto: offline, as the jobs
+    report(sweep)  # again: the same run, not another one
+    (folder,) = (sweep / "report" / "wandb").glob("offline-run-*")
+    run = read_run(folder)
+    assert run.run_id == report_run_id(sweep) and run.job_type == "report"
+    assert run.project == "recall-harness" and run.group == "2025-01-31/12-00-00"
+    logged = {key.split(".")[0] for key in run.summary}
+    assert {"report/table", "report/frontier", "report/frontier_plot_table"} <= logged
+    assert {"report/acc_vs_seq_len", "report/acc_vs_state"} <= logged
+    assert "python" in run.config["command"] and "model=softmax,linear" in run.config["command"]

@@ -76,6 +76,8 @@ def check_run_settings(cfg: DictConfig) -> None:
     default is a number must be one, then the ranges."""
     require_int("seed", cfg.seed, 0)
     require_int("threads", cfg.get("threads", 0), 0)
+    compile_ = cfg.get("compile", False)
+    require(isinstance(compile_, bool), "compile", compile_, "true or false")
     require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
     for key in ("num_train", "num_val", "num_test", "batch_size"):
         require_int(f"data.{key}", cfg.data[key], 1)
@@ -195,5 +197,7 @@ def build(cfg: DictConfig) -> Parts:
             model.check_length(seq_len)
     except ValueError as error:
         raise BadInput(f"task.eval_seq_lens={eval_seq_lens}: {error}") from error
+    if cfg.get("compile", False):
+        model.compile()  # in place: the same module, state_dict keys and checkpoints
     module = RecallModule(model, cfg.optim.lr, cfg.optim.weight_decay, data.test_seq_lens)
     return Parts(task, model, data, module)

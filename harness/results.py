@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir")
+HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir", "compile")
 """Top-level config keys that do not change a run's outcome (where files go, logging)."""
 HASH_EXCLUDED_DATA = ("cache_dir",)
 HARNESS_KEYS = ("name", "eval_seq_lens")

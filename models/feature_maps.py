@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.checks import require, require_choice, require_int
+from models.kernels import taylor_features
 from models.precision import autocast_off, wide_dtype
 
 FEATURE_MAPS = ("elu", "identity", "rff", "favor", "taylor")
@@ -119,31 +120,41 @@ class FavorFeatureMap(RandomFeatureMap):
     def key_shift(self) -> torch.Tensor:
         return self.omega.pow(2).sum(dim=1).max() / 2
 
-    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The exponents of eq. 7 before any shift, w_i^T x' - |x'|^2 / 2, in float32 or wider
+        with autocast off (`models.precision`)."""
         with autocast_off(x):
             xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
-            logits = xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+            return xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+
+    def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        with autocast_off(x):
+            logits = self.logits(x)
             if is_query:
                 shift = logits.amax(dim=-1, keepdim=True).detach()
             else:
-                shift = self.key_shift().to(xs.dtype)
+                shift = self.key_shift().to(logits.dtype)
             return torch.exp(logits - shift) / math.sqrt(self.out_dim)
 
 
 class TaylorFeatureMap(nn.Module):
     """Second-order Taylor map (Based): phi(x) = [1, x', x' (x) x' / sqrt(2)], x' = x d^(-1/4),
     so phi(q)^T phi(k) = 1 + s + s^2/2 with s = q^T k / sqrt(d).
-    It holds the full outer product: out_dim = 1 + d + d^2 (273 for d = 16)."""
+    It holds the full outer product: out_dim = 1 + d + d^2 (273 for d = 16). A mixer can also
+    hand `scaled(x)` to `models.kernels.taylor_linear_attention`, which applies the same map
+    but computes weights inside a chunk from s, without the D features."""
 
     def __init__(self, head_dim: int) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.out_dim = 1 + head_dim + head_dim**2
 
+    def scaled(self, x: torch.Tensor) -> torch.Tensor:
+        """x' = x d^(-1/4), the input of the features."""
+        return x * self.head_dim**-0.25
+
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
-        outer = (xs.unsqueeze(-1) * xs.unsqueeze(-2)).flatten(-2) / math.sqrt(2)
-        return torch.cat([torch.ones_like(xs[..., :1]), xs, outer], dim=-1)
+        return taylor_features(self.scaled(x.to(wide_dtype(x.dtype))))
 
 
 def build_feature_map(

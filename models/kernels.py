@@ -58,16 +58,17 @@ def _in_blocks(
     block_len: int,
     state: Any,
 ) -> tuple[Tensor, Any]:
-    """Run `block_fn(*pieces, block_len, state) -> (out, state)` on the longest prefix made of
-    whole blocks, then on the remaining (< block_len) steps as one shorter block."""
+    """Run `block_fn(*pieces, block_len, state, last) -> (out, state)` on the longest prefix
+    made of whole blocks, then on the remaining (< block_len) steps as one shorter block;
+    `last` tells a block that no other block follows it."""
     T = seqs[0].shape[time_dim]
     full = T // block_len * block_len
+    parts = [part for part in ((0, full, block_len), (full, T - full, T - full)) if part[1]]
     outs = []
-    for start, length, size in ((0, full, block_len), (full, T - full, T - full)):
-        if length:
-            pieces = [x.narrow(time_dim, start, length) for x in seqs]
-            out, state = block_fn(*pieces, size, state)
-            outs.append(out)
+    for index, (start, length, size) in enumerate(parts):
+        pieces = [x.narrow(time_dim, start, length) for x in seqs]
+        out, state = block_fn(*pieces, size, state, index == len(parts) - 1)
+        outs.append(out)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, time_dim)), state
 
 
@@ -95,7 +96,7 @@ def linear_attention(
     normalize: bool = True,
     mode: str = "chunk",
     chunk_size: int = 64,
-    eps: float = 1e-6,
+    eps: float | Tensor = 1e-6,
     initial_state: LinearState | None = None,
     return_state: bool = False,
 ) -> Tensor | tuple[Tensor, LinearState]:
@@ -125,12 +126,56 @@ def linear_attention(
         o, state = _linear_recurrent(q, k, v, decay, normalize, eps, initial_state)
     else:
         log_g = None if decay is None else decay.to(q.dtype).log()
+        chunks = _Chunks(log_g, normalize, eps, return_state, taylor=False)
+        o, state = _in_blocks(
+            chunks, (q, k, v), 2, T if mode == "parallel" else chunk_size, initial_state
+        )
+    return (o, state) if return_state else o
 
-        def block(q_: Tensor, k_: Tensor, v_: Tensor, size: int, st: Any) -> tuple[Tensor, Any]:
-            return _linear_chunks(q_, k_, v_, size, log_g, normalize, eps, st)
 
-        size = T if mode == "parallel" else chunk_size
-        o, state = _in_blocks(block, (q, k, v), 2, size, initial_state)
+def taylor_features(x: Tensor) -> Tensor:
+    """Based's second-order Taylor features of an (already scaled) input x [..., d]:
+    phi(x) = [1, x, x (x) x / sqrt(2)], D = 1 + d + d^2, so that
+    phi(q)^T phi(k) = 1 + s + s^2 / 2 with s = q^T k."""
+    outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) * 0.5**0.5
+    return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)
+
+
+def taylor_linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    mode: str = "chunk",
+    chunk_size: int = 64,
+    eps: float | Tensor = 1e-6,
+    initial_state: LinearState | None = None,
+    return_state: bool = False,
+) -> Tensor | tuple[Tensor, LinearState]:
+    """Normalised linear attention (eq. 8-9) with Based's Taylor features applied inside:
+    equal to `linear_attention(taylor_features(q), taylor_features(k), v, ...)` in every mode.
+
+    q, k: [B, H, T, d], the inputs of the feature map (already scaled); v: [B, H, T, Dv].
+    State as `linear_attention`'s with D = 1 + d + d^2 features. "chunk" and "parallel" take
+    the weights inside a chunk, phi(q_i)^T phi(k_j) = 1 + s + s^2/2 with s = q_i^T k_j, from
+    d-dimensional products (D = 273 for d = 16 would cost 17x more), and build the D features
+    only for what crosses chunks: the state (none when one chunk covers a sequence that
+    starts from the empty state and no state is returned)."""
+    check_mode(mode, chunk_size)
+    _check_qkv(q, k, v)
+    B, H, T, d = q.shape
+    D, Dv = 1 + d + d * d, v.shape[-1]
+    if initial_state is not None:
+        _check_shape("initial_state[0] (S)", initial_state[0], (B, H, D, Dv))
+        _check_shape("initial_state[1] (z)", initial_state[1], (B, H, D))
+    if mode == "recurrent":
+        fq, fk = taylor_features(q), taylor_features(k)
+        o, state = _linear_recurrent(fq, fk, v, None, True, eps, initial_state)
+    else:
+        chunks = _Chunks(None, True, eps, return_state, taylor=True)
+        o, state = _in_blocks(
+            chunks, (q, k, v), 2, T if mode == "parallel" else chunk_size, initial_state
+        )
     return (o, state) if return_state else o
 
 
@@ -140,7 +185,7 @@ def _linear_recurrent(
     v: Tensor,
     decay: Tensor | None,
     normalize: bool,
-    eps: float,
+    eps: float | Tensor,
     state: LinearState | None,
 ) -> tuple[Tensor, LinearState]:
     """The specification: one step of eq. 8-10 per token."""
@@ -152,8 +197,7 @@ def _linear_recurrent(
     g = torch.ones(H, dtype=q.dtype, device=q.device) if decay is None else decay.to(q.dtype)
     g_S, g_z = g[:, None, None], g[:, None]  # broadcast over S [B, H, D, Dv] and z [B, H, D]
     outs = []
-    for t in range(T):
-        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]
+    for q_t, k_t, v_t in zip(q.unbind(2), k.unbind(2), v.unbind(2), strict=True):
         S = g_S * S + k_t[..., :, None] * v_t[..., None, :]
         z = g_z * z + k_t
         o_t = torch.einsum("bhd,bhde->bhe", q_t, S)
@@ -163,59 +207,79 @@ def _linear_recurrent(
     return torch.stack(outs, 2), (S, z)
 
 
-def _linear_chunks(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    C: int,
-    log_g: Tensor | None,
-    normalize: bool,
-    eps: float,
-    state: LinearState | None,
-) -> tuple[Tensor, LinearState]:
-    """T = n*C steps as n chunks. Inside chunk c (steps i, j = 0..C-1), from its start state:
+class _Chunks:
+    """One block of chunk-mode linear attention (a callable for `_in_blocks`), T = n*C steps as
+    n chunks. Inside chunk c (steps i, j = 0..C-1), from its start state:
     o_i = sum_{j<=i} g^(i-j) (q_i.k_j) v_j + g^(i+1) q_i^T S_start; the chunk adds
-    sum_j g^(C-1-j) k_j v_j^T to the state and decays the old one by g^C."""
-    B, H, T, D = q.shape
-    Dv = v.shape[-1]
-    n = T // C
-    qc, kc, vc = q.reshape(B, H, n, C, D), k.reshape(B, H, n, C, D), v.reshape(B, H, n, C, Dv)
-    scores = qc @ kc.transpose(-1, -2)  # [B, H, n, C, C]
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    if log_g is None:
-        scores = scores.masked_fill(~causal, 0.0)
-        q_in, k_out, chunk_log_decay = qc, kc, None
-    else:
+    sum_j g^(C-1-j) k_j v_j^T to the state and decays the old one by g^C.
+
+    z rides along as one more value column (v_j -> [v_j, 1] makes S -> [S | z]), so the same
+    matmuls give eq. 9's numerator and denominator. With `taylor`, q and k are the inputs of
+    the Taylor map: q_i.k_j becomes 1 + s + s^2/2 of their product s, and the features are
+    built only for the state. Nothing crosses chunks when the block is one chunk from the empty
+    state: then the state is built only if it is returned or another block follows."""
+
+    def __init__(
+        self, log_g: Tensor | None, normalize: bool, eps: float | Tensor, keep: bool, taylor: bool
+    ) -> None:
+        self.log_g, self.normalize, self.eps = log_g, normalize, eps
+        self.keep, self.taylor = keep, taylor
+
+    def __call__(
+        self, q: Tensor, k: Tensor, v: Tensor, C: int, state: LinearState | None, last: bool
+    ) -> tuple[Tensor, LinearState | None]:
+        B, H, T, _ = q.shape
+        Dv, n, log_g = v.shape[-1], T // C, self.log_g
+        q, k = q.contiguous(), k.contiguous()  # else each matmul below copies them again
+        v = torch.cat([v, v.new_ones(B, H, T, 1)], -1)  # [v | 1]: the last column carries z
+        qc, kc, vc = (x.reshape(B, H, n, C, x.shape[-1]) for x in (q, k, v))
+        scores = qc @ kc.transpose(-1, -2)  # [B, H, n, C, C]
+        if self.taylor:
+            scores = torch.addcmul(1 + scores, scores, scores, value=0.5)
         i = torch.arange(C, dtype=q.dtype, device=q.device)
-        lg = log_g.view(-1, 1, 1, 1)  # [H, 1, 1, 1] against [B, H, n, C, .]
-        # g^(i-j) below the diagonal; the exponent is clamped first so exp never sees (i-j) < 0
-        lag = (i[:, None] - i[None, :]).clamp(min=0)
-        scores = scores * (torch.exp(lag * lg) * causal)
-        q_in = qc * torch.exp((i + 1)[:, None] * lg)  # g^(i+1): the start state at step i
-        k_out = kc * torch.exp((C - 1 - i)[:, None] * lg)  # g^(C-1-j): step j's update at the end
-        chunk_log_decay = C * log_g
-    # each chunk's own contribution to the state at its end, then the state at each chunk start
-    dS, dz = k_out.transpose(-1, -2) @ vc, k_out.sum(3)  # [B, H, n, D, Dv], [B, H, n, D]
-    init = None if state is None else torch.cat([state[0].flatten(-2), state[1]], -1)
-    starts, final = _scan_chunks(torch.cat([dS.flatten(-2), dz], -1), chunk_log_decay, init)
-    S_start, z_start = starts[..., : D * Dv].unflatten(-1, (D, Dv)), starts[..., D * Dv :]
-    o = scores @ vc + q_in @ S_start
-    if normalize:
-        den = scores.sum(-1) + (q_in * z_start.unsqueeze(3)).sum(-1)
-        o = o / (den + eps).unsqueeze(-1)
-    S_end, z_end = final[..., : D * Dv].unflatten(-1, (D, Dv)), final[..., D * Dv :]
-    return o.reshape(B, H, T, Dv), (S_end, z_end)
+        if log_g is None:  # a multiplicative causal mask (its backward is one more product)
+            scores = scores * torch.ones(C, C, dtype=q.dtype, device=q.device).tril()
+        else:
+            lg = log_g.view(-1, 1, 1, 1)  # [H, 1, 1, 1] against [B, H, n, C, .]
+            # g^(i-j) below the diagonal; the exponent is clamped so exp never sees (i-j) < 0
+            lag = (i[:, None] - i[None, :]).clamp(min=0)
+            scores = scores * torch.exp(lag * lg).tril()
+        o = scores @ vc  # [B, H, n, C, Dv + 1]: numerator | denominator
+        carried = state is not None or n > 1
+        final = None
+        if carried or self.keep or not last:
+            fk = taylor_features(kc) if self.taylor else kc
+            chunk_log_decay = None
+            if log_g is not None:
+                fk = fk * torch.exp((C - 1 - i)[:, None] * lg)  # g^(C-1-j): j's update at the end
+                chunk_log_decay = C * log_g
+            update = fk.transpose(-1, -2) @ vc  # [B, H, n, D, Dv + 1]: each chunk's own [S | z]
+            if carried:
+                init = None if state is None else torch.cat([state[0], state[1].unsqueeze(-1)], -1)
+                starts, final = _scan_chunks(update, chunk_log_decay, init)
+                fq = taylor_features(qc) if self.taylor else qc
+                if log_g is not None:
+                    fq = fq * torch.exp((i + 1)[:, None] * lg)  # g^(i+1): the start state at i
+                o = o + fq @ starts
+            else:
+                final = update[:, :, 0]
+        num, den = o.reshape(B, H, T, Dv + 1).split([Dv, 1], -1)
+        o = num / (den + self.eps) if self.normalize else num
+        if final is None:
+            return o, None
+        S_end, z_end = final.split([Dv, 1], -1)
+        return o, (S_end, z_end.squeeze(-1))
 
 
 def _scan_chunks(x: Tensor, log_decay: Tensor | None, init: Tensor | None) -> tuple[Tensor, Tensor]:
     """States before each chunk, s_c = sum_{c'<c} G^(c-1-c') x_c' + G^c init, and after the last.
 
-    x: [B, H, n, F] per-chunk contributions; log_decay: [H] per-chunk log G, or None (G = 1);
-    init: [B, H, F] or None. Without decay a cumulative sum. With decay, blocks of SCAN_BLOCK
+    x: [B, H, n, ...] per-chunk contributions; log_decay: [H] per-chunk log G, or None (G = 1);
+    init: [B, H, ...] or None. Without decay a cumulative sum. With decay, blocks of SCAN_BLOCK
     chunks, each one product with the (block+1) x block matrix of powers G^(c-1-c'), c' < c
     (exponents >= 0 only: no division by small powers), the last state carried between blocks.
     """
-    n = x.shape[2]
+    n, shape = x.shape[2], x.shape[3:]
     if log_decay is None:
         incl = x.cumsum(2)
         starts = torch.cat([torch.zeros_like(x[:, :, :1]), incl[:, :, :-1]], 2)
@@ -223,13 +287,15 @@ def _scan_chunks(x: Tensor, log_decay: Tensor | None, init: Tensor | None) -> tu
         if init is not None:
             starts, final = starts + init.unsqueeze(2), final + init
         return starts, final
+    x = x.flatten(3)
     m = min(n, SCAN_BLOCK)
     c = torch.arange(m + 1, dtype=x.dtype, device=x.device)
     power = c[:, None] - 1 - c[None, :m]  # [m+1, m]: c - 1 - c'
     lg = log_decay[:, None, None]
     powers = torch.exp(power.clamp(min=0) * lg) * (power >= 0)  # [H, m+1, m]
     init_powers = torch.exp(c * lg[..., 0])  # [H, m+1]: G^c
-    starts, carry = [], init
+    carry = None if init is None else init.flatten(2)
+    starts = []
     for b0 in range(0, n, m):
         size = min(m, n - b0)
         s = powers[:, : size + 1, :size] @ x[:, :, b0 : b0 + size]  # [B, H, size+1, F]
@@ -237,7 +303,7 @@ def _scan_chunks(x: Tensor, log_decay: Tensor | None, init: Tensor | None) -> tu
             s = s + init_powers[:, : size + 1, None] * carry.unsqueeze(2)
         starts.append(s[:, :, :size])
         carry = s[:, :, size]
-    return torch.cat(starts, 2), carry
+    return torch.cat(starts, 2).unflatten(3, shape), carry.unflatten(2, shape)
 
 
 def linear_attention_cumsum(
@@ -278,10 +344,13 @@ def rwkv4_wkv(
     denominator b, is stored as (num, den, p) with a = num e^p, b = den e^p, p the largest
     exponent; only exp of non-positive numbers is taken, so nothing overflows. p is a
     stabiliser (the outputs do not depend on it) and carries no gradient.
-    mode: "recurrent" (step loop, the spec), "parallel" (T x T exponents, per-row max
-    subtracted), "chunk" (that form inside chunks, the state carried by a loop over chunks).
-    "parallel"/"chunk" hold [B, T, L, C] for blocks of length L (per-channel decay: no matmul
-    form), so their cost grows with L; chunk_size 8-16 is fastest on CPU.
+    mode: "recurrent" (step loop, the spec); "parallel" (T x T exponents, per-row max
+    subtracted: [B, T, T, C], a reference); "chunk" (the recurrence as a two-level scan: the
+    step loop runs inside all chunks of `chunk_size` tokens at once, the chunks' own sums are
+    scanned the same way one level up, and each token's state is its chunk's start state
+    decayed plus its prefix inside the chunk; temporaries O(T C), loops O(chunk_size log T)).
+    Per-channel decays leave no matmul form, and a factored (cumulative-sum) form would need
+    exp of exponents spread over the whole chunk, which overflows.
     """
     check_mode(mode, chunk_size)
     if k.dim() != 3 or v.shape != k.shape or k.shape[1] == 0:
@@ -297,13 +366,10 @@ def rwkv4_wkv(
             _check_shape(f"initial_state ({name})", x, (B, C))
     if mode == "recurrent":
         out, state = _wkv_recurrent(w, u, k, v, initial_state)
+    elif mode == "parallel":
+        out, state = _wkv_parallel(w, u, k, v, initial_state)
     else:
-
-        def block(k_: Tensor, v_: Tensor, size: int, st: Any) -> tuple[Tensor, Any]:
-            return _wkv_chunks(w, u, k_, v_, size, st)
-
-        size = T if mode == "parallel" else chunk_size
-        out, state = _in_blocks(block, (k, v), 1, size, initial_state)
+        out, state = _wkv_scan_form(w, u, k, v, chunk_size, initial_state)
     return (out, state) if return_state else out
 
 
@@ -312,19 +378,23 @@ def _wkv_empty_state(k: Tensor) -> WKVState:
     return k.new_zeros(B, C), k.new_zeros(B, C), k.new_full((B, C), float("-inf"))
 
 
+def _wkv_output(u: Tensor, k: Tensor, v: Tensor, before: WKVState) -> Tensor:
+    """wkv_t from the state before token t and the current token weighted e^{u + k_t}."""
+    num, den, p = before
+    bonus = u + k
+    m = torch.maximum(p, bonus).detach()
+    a, b = torch.exp(p - m), torch.exp(bonus - m)
+    return (a * num + b * v) / (a * den + b)
+
+
 def _wkv_recurrent(
     w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: WKVState | None
 ) -> tuple[Tensor, WKVState]:
     """The specification: eq. 11 one token at a time, in running-max form."""
     num, den, p = _wkv_empty_state(k) if state is None else state
     outs = []
-    for t in range(k.shape[1]):
-        k_t, v_t = k[:, t], v[:, t]
-        # output: the stored sums plus the current token weighted e^{u + k_t}
-        bonus = u + k_t
-        m = torch.maximum(p, bonus).detach()
-        a, b = torch.exp(p - m), torch.exp(bonus - m)
-        outs.append((a * num + b * v_t) / (a * den + b))
+    for k_t, v_t in zip(k.unbind(1), v.unbind(1), strict=True):
+        outs.append(_wkv_output(u, k_t, v_t, (num, den, p)))
         # state: a <- e^{-w} a + e^{k_t} v_t  (and the same for the denominator)
         decayed = p - w
         p_next = torch.maximum(decayed, k_t).detach()
@@ -333,43 +403,98 @@ def _wkv_recurrent(
     return torch.stack(outs, 1), (num, den, p)
 
 
-def _wkv_chunks(
+def _wkv_parallel(
+    w: Tensor, u: Tensor, k: Tensor, v: Tensor, state: WKVState | None
+) -> tuple[Tensor, WKVState]:
+    """All T x T exponents at once: token j's exponent in row t is k_j + offset[t, j] with
+    offset = -(t-1-j) w for j < t, u for j = t, -inf for j > t; the initial state adds
+    p - t w. Each row's maximum is subtracted before exp. Memory O(T^2 C): a reference."""
+    B, T, C = k.shape
+    num0, den0, p0 = _wkv_empty_state(k) if state is None else state
+    t = torch.arange(T, dtype=k.dtype, device=k.device)
+    lag = (t[:, None] - 1 - t[None, :])[..., None]  # [T, T, 1]
+    below = torch.ones(T, T, dtype=torch.bool, device=k.device).tril(-1)[..., None]
+    diag = torch.eye(T, dtype=torch.bool, device=k.device)[..., None]
+    minus_inf = torch.tensor(float("-inf"), dtype=k.dtype, device=k.device)
+    offset = torch.where(below, -lag * w, torch.where(diag, u, minus_inf))  # [T, T, C]
+    E = k.unsqueeze(1) + offset  # [B, T(t), T(j), C]
+    from_state = p0.unsqueeze(1) - t[:, None] * w  # [B, T, C]
+    m = torch.maximum(E.amax(2), from_state).detach()  # row max (the diagonal is finite)
+    W, ws = torch.exp(E - m.unsqueeze(2)), torch.exp(from_state - m)
+    out = ((W * v.unsqueeze(1)).sum(2) + ws * num0.unsqueeze(1)) / (
+        W.sum(2) + ws * den0.unsqueeze(1)
+    )
+    # the state after the last token: every token decayed to the end, and the initial state
+    e_end = k - (T - 1 - t)[:, None] * w  # [B, T, C]
+    p_end = torch.maximum(e_end.amax(1), p0 - T * w).detach()
+    a, b = torch.exp(p0 - T * w - p_end), torch.exp(e_end - p_end.unsqueeze(1))
+    return out, (a * num0 + (b * v).sum(1), a * den0 + b.sum(1), p_end)
+
+
+def _wkv_scan_form(
     w: Tensor, u: Tensor, k: Tensor, v: Tensor, L: int, state: WKVState | None
 ) -> tuple[Tensor, WKVState]:
-    """T = n*L tokens as n chunks of L; positions i, j = 0..L-1 inside a chunk."""
-    B, T, C = k.shape
-    n = T // L
-    kc, vc = k.reshape(B, n, L, C), v.reshape(B, n, L, C)
-    i = torch.arange(L, dtype=k.dtype, device=k.device)
-    # 1. each chunk's own sums at its end: exponents k_j - (L-1-j) w
-    e = kc - (L - 1 - i)[:, None] * w  # [B, n, L, C]
-    p_chunk = e.amax(2).detach()
-    weights = torch.exp(e - p_chunk.unsqueeze(2))
-    num_chunk, den_chunk = (weights * vc).sum(2), weights.sum(2)  # [B, n, C]
-    # 2. the state at each chunk start: a loop over chunks, O(B C) per chunk
-    num, den, p = _wkv_empty_state(k) if state is None else state
-    starts = []
-    for c in range(n):
-        starts.append((num, den, p))
-        decayed = p - L * w
-        p_next = torch.maximum(decayed, p_chunk[:, c]).detach()
-        a, b = torch.exp(decayed - p_next), torch.exp(p_chunk[:, c] - p_next)
-        num, den, p = a * num + b * num_chunk[:, c], a * den + b * den_chunk[:, c], p_next
-    num_s, den_s, p_s = (torch.stack(x, 1).unsqueeze(2) for x in zip(*starts, strict=True))
-    # 3. inside each chunk: exponent of token j in row i is k_j + offset[i, j] with
-    #    offset = -(i-1-j) w for j < i, u for j = i, -inf for j > i; the start state adds p - i w
-    lag = (i[:, None] - 1 - i[None, :])[..., None]  # [L, L, 1]
-    below = torch.ones(L, L, dtype=torch.bool, device=k.device).tril(-1)[..., None]
-    diag = torch.eye(L, dtype=torch.bool, device=k.device)[..., None]
-    minus_inf = torch.tensor(float("-inf"), dtype=k.dtype, device=k.device)
-    offset = torch.where(below, -lag * w, torch.where(diag, u, minus_inf))  # [L, L, C]
-    E = kc.unsqueeze(2) + offset  # [B, n, L(i), L(j), C]
-    from_state = p_s - i[:, None] * w  # [B, n, L, C]
-    m = torch.maximum(E.amax(3), from_state).detach()  # row max (the diagonal is finite)
-    W, ws = torch.exp(E - m.unsqueeze(3)), torch.exp(from_state - m)
-    out_num = (W * vc.unsqueeze(2)).sum(3) + ws * num_s
-    out_den = W.sum(3) + ws * den_s
-    return (out_num / out_den).reshape(B, T, C), (num, den, p)
+    """Chunk mode: the state before every token by `_decayed_scan`, then the outputs at once."""
+    init = _wkv_empty_state(k) if state is None else state
+    nd = torch.stack([v, torch.ones_like(v)], 2)  # token j adds e^{k_j} (v_j, 1)
+    before, (nd_end, p_end) = _decayed_scan(nd, k, w, L, (torch.stack(init[:2], 1), init[2]))
+    num, den = before[0].unbind(2)
+    out = _wkv_output(u, k, v, (num, den, before[1]))
+    return out, (*nd_end.unbind(1), p_end)
+
+
+ScanState = tuple[Tensor, Tensor]  # (values [B, ..., 2, C], max exponent p [B, ..., C])
+
+
+def _decayed_step(s: ScanState, x: ScanState, decay: Tensor) -> ScanState:
+    """s <- e^{-decay} s + x, in running-max form: each side scaled by e^(its p - new p)."""
+    (nd, p), (nd_x, p_x) = s, x
+    decayed = p - decay
+    p_next = torch.maximum(decayed, p_x).detach()
+    a, b = torch.exp(decayed - p_next), torch.exp(p_x - p_next)
+    return a.unsqueeze(-2) * nd + b.unsqueeze(-2) * nd_x, p_next
+
+
+def _decayed_scan(
+    nd: Tensor, p: Tensor, decay: Tensor, L: int, init: ScanState
+) -> tuple[ScanState, ScanState]:
+    """Exclusive scan of s_{j+1} = e^{-decay} s_j + e^{p_j} nd_j along dim 1 (s_0 = init).
+
+    nd: [B, N, 2, C], p: [B, N, C], decay: [C]. Returns the states before each element (values
+    [B, N, 2, C], max exponents [B, N, C]) and the state after the last. Up to L elements: the
+    step loop. More: the step loop inside every chunk of L at once (from the empty state),
+    the chunk sums scanned the same way with decay L * decay, then state before element i of
+    chunk c = (start of c, decayed i steps) + (prefix of c before i). An empty state's p is a
+    large finite negative number (not -inf), so that two empty states add without NaN."""
+    B, N, _, C = nd.shape
+    empty_p = torch.finfo(p.dtype).min / 4
+    init = (init[0], init[1].clamp_min(empty_p))
+    if N <= L:
+        s, befores = init, []
+        for x in zip(nd.unbind(1), p.unbind(1), strict=True):
+            befores.append(s)
+            s = _decayed_step(s, x, decay)
+        return (torch.stack([b[0] for b in befores], 1), torch.stack([b[1] for b in befores], 1)), s
+    n, full = N // L, N // L * L
+    ndc, pc = nd[:, :full].unflatten(1, (n, L)), p[:, :full].unflatten(1, (n, L))
+    s = (ndc.new_zeros(B, n, 2, C), pc.new_full((B, n, C), empty_p))
+    local = []
+    for x in zip(ndc.unbind(2), pc.unbind(2), strict=True):
+        local.append(s)
+        s = _decayed_step(s, x, decay)
+    starts, s = _decayed_scan(s[0], s[1], L * decay, L, init)
+    i = torch.arange(L, dtype=p.dtype, device=p.device)[:, None]
+    p_start = starts[1].unsqueeze(2) - i * decay  # [B, n, L, C]
+    p_local = torch.stack([x[1] for x in local], 2)
+    p_before = torch.maximum(p_start, p_local).detach()
+    a, b = torch.exp(p_start - p_before), torch.exp(p_local - p_before)
+    nd_local = torch.stack([x[0] for x in local], 2)  # [B, n, L, 2, C]
+    nd_before = a.unsqueeze(-2) * starts[0].unsqueeze(2) + b.unsqueeze(-2) * nd_local
+    before = (nd_before.flatten(1, 2), p_before.flatten(1, 2))
+    if full == N:
+        return before, s
+    rest, s = _decayed_scan(nd[:, full:], p[:, full:], decay, L, s)
+    return (torch.cat([before[0], rest[0]], 1), torch.cat([before[1], rest[1]], 1)), s
 
 
 # ----------------------------------------------------------------------------- DeltaNet
@@ -420,40 +545,52 @@ def _delta_recurrent(
     if S is None:
         S = q.new_zeros(B, H, D, v.shape[-1])
     outs = []
-    for t in range(T):
-        k_t, v_t, b_t = k[:, :, t], v[:, :, t], beta[:, :, t, None, None]
+    for q_t, k_t, v_t, b_t in zip(
+        q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), strict=True
+    ):
         recalled = torch.einsum("bhd,bhde->bhe", k_t, S)  # S^T k_t: what the memory holds at k_t
-        S = S + b_t * k_t[..., :, None] * (v_t - recalled)[..., None, :]
-        outs.append(torch.einsum("bhd,bhde->bhe", q[:, :, t], S))
+        S = S + b_t[..., None, None] * k_t[..., :, None] * (v_t - recalled)[..., None, :]
+        outs.append(torch.einsum("bhd,bhde->bhe", q_t, S))
     return torch.stack(outs, 2), S
 
 
 def _delta_chunks(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None, last: bool
 ) -> tuple[Tensor, Tensor]:
     """T = n*L steps as n chunks. In a chunk the pseudo-values u_i = beta_i (v_i - S_{i-1}^T k_i)
     satisfy (I + tril(diag(beta) K K^T, -1)) U = diag(beta) (V - K S_start), so
     U = U0 - W S_start with [W | U0] = (I + tril(...))^{-1} diag(beta) [K | V] for all chunks
-    at once; then S_i = S_start + sum_{j<=i} k_j u_j^T."""
+    at once. With S_i = S_start + sum_{j<=i} k_j u_j^T, everything but the state is then a
+    product with S_start, computed for all chunks at once:
+
+        O = tril(Q K^T) U0 + (Q - tril(Q K^T) W) S_start
+        S_end = (I - K^T W) S_start + K^T U0
+
+    and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each)."""
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     n = T // L
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
-    strictly_lower = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)
+    causal = torch.ones(L, L, dtype=q.dtype, device=q.device).tril()
+    kb = kc * bc
     # unit lower-triangular system: the solver takes the diagonal as 1 and reads only below it
-    A = (bc * (kc @ kc.transpose(-1, -2))).masked_fill(~strictly_lower, 0.0)
+    A = (kb @ kc.transpose(-1, -2)) * causal.tril(-1)
     WU = torch.linalg.solve_triangular(
-        A, bc * torch.cat([kc, vc], -1), upper=False, unitriangular=True
+        A, torch.cat([kb, vc * bc], -1), upper=False, unitriangular=True
     )
-    W, U0 = WU[..., :D], WU[..., D:]
-    causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-    scores = (qc @ kc.transpose(-1, -2)).masked_fill(~causal, 0.0)
+    W, U0 = WU.split([D, Dv], -1)
+    scores = (qc @ kc.transpose(-1, -2)) * causal
+    kt = kc.transpose(-1, -2)
+    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
+    if S is None and n == 1:  # one chunk from the empty state: no product with S_start
+        return (scores @ U0).reshape(B, H, T, Dv), update[:, :, 0]
+    decay = torch.eye(D, dtype=q.dtype, device=q.device) - kt @ W  # [B, H, n, D, D]
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
-    outs = []
-    for c in range(n):
-        U = U0[:, :, c] - W[:, :, c] @ S
-        outs.append(qc[:, :, c] @ S + scores[:, :, c] @ U)
-        S = S + kc[:, :, c].transpose(-1, -2) @ U
-    return torch.stack(outs, 2).reshape(B, H, T, Dv), S
+    starts = []
+    for decay_c, update_c in zip(decay.unbind(2), update.unbind(2), strict=True):
+        starts.append(S)
+        S = update_c + decay_c @ S
+    o = scores @ U0 + (qc - scores @ W) @ torch.stack(starts, 2)
+    return o.reshape(B, H, T, Dv), S

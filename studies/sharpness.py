@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
-from harness.tables import print_table, save_plot, write_csv
+from harness.tables import print_table, write_csv
 from models.feature_maps import build_feature_map
+from studies.plots import save_plot
+from studies.reference import HEAD_DIM
 from studies.threads import torch_threads
 
-HEAD_DIM = 32
 BETAS = [2.0**e for e in range(-4, 11)]
 MAPS = {  # label -> (feature map name, feature_dim)
     "elu": ("elu", None),

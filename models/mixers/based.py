@@ -7,7 +7,7 @@ from torch import nn
 from common.checks import require_int
 from models import register
 from models.feature_maps import build_feature_map
-from models.kernels import check_mode, linear_attention
+from models.kernels import check_mode, taylor_linear_attention
 from models.mixers.base import MultiHeadMixer, State
 from models.mixers.sliding_window import SlidingWindowAttention
 from models.precision import at_least_fp32, autocast_off
@@ -49,20 +49,21 @@ class Based(MultiHeadMixer):
         """D, the number of Taylor features per head."""
         return self.feature_map.out_dim
 
-    def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """phi(q), phi(k): [B, H, T, D]; v: [B, H, T, head_dim]; in float32 or wider."""
+    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q', k' (the Taylor map's scaled inputs): [B, H, T, feature_dim]; v: [B, H, T,
+        head_dim]; in float32 or wider. The kernel applies the map (phi(q') its features)."""
         b, t, _ = x.shape
         qk = self.qk(x).view(b, t, 2, self.n_heads, self.key_dim).permute(2, 0, 3, 1, 4)
         v = self.value(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         with autocast_off(x):
             q, k, v = at_least_fp32(qk[0], qk[1], v)
-            return self.feature_map(q), self.feature_map(k), v
+            return self.feature_map.scaled(q), self.feature_map.scaled(k), v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The linear branch in float32 (`models.precision`), the window branch as given."""
-        features = self.features(x)
+        q, k, v = self.projections(x)
         with autocast_off(x):
-            o = linear_attention(*features, mode=self.mode, chunk_size=self.chunk_size)
+            o = taylor_linear_attention(q, k, v, mode=self.mode, chunk_size=self.chunk_size)
         return self.merge_heads(o.to(x.dtype)) + self.window_attention(x)
 
     def state_size(self, seq_len: int) -> int:
@@ -77,10 +78,10 @@ class Based(MultiHeadMixer):
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         S, z, keys, values = state
-        features = self.features(x[:, None])
+        q, k, v = self.projections(x[:, None])
         with autocast_off(x):
-            o, (S, z) = linear_attention(
-                *features, mode="recurrent", initial_state=(S, z), return_state=True
+            o, (S, z) = taylor_linear_attention(
+                q, k, v, mode="recurrent", initial_state=(S, z), return_state=True
             )
         y_window, (keys, values) = self.window_attention.step(x, (keys, values))
         return self.merge_heads(o.to(x.dtype))[:, 0] + y_window, (S, z, keys, values)

@@ -4,8 +4,6 @@ Registered entries differ only in the feature map: `linear` (ELU+1, eq. 5), `fav
 (FAVOR+, eq. 7), `identity` (Exercise 2), `rff` (eq. 6).
 """
 
-import math
-
 import torch
 
 from common.checks import require, require_int
@@ -18,15 +16,16 @@ from models.precision import at_least_fp32, autocast_off
 SIGNED_FEATURE_MAPS = ("rff", "identity")
 
 
-def denominator_eps(feature_map: torch.nn.Module) -> float:
+def denominator_eps(feature_map: torch.nn.Module) -> float | torch.Tensor:
     """The eps of eq. 9's denominator: 1e-6. FAVOR+ shifts every key by a constant c, so S
     and z carry e^-c and its eps is scaled alike; it is also smaller (1e-12, floored within
     fp32's range): positive features need eps only against 0/0, and a larger one swamps the
-    tiny kernel values of large-norm inputs."""
+    tiny kernel values of large-norm inputs. FAVOR+'s is a 0-d tensor computed from c on its
+    device, so that no value leaves the graph (`torch.compile` would break it there)."""
     shift = getattr(feature_map, "key_shift", None)
     if shift is None:
         return 1e-6
-    return max(1e-12 * math.exp(-float(shift())), 1e-37)
+    return (1e-12 * torch.exp(-shift())).clamp_min(1e-37)
 
 
 class KernelAttention(MultiHeadMixer):
@@ -61,7 +60,7 @@ class KernelAttention(MultiHeadMixer):
         self.register_buffer("train_calls", torch.zeros((), dtype=torch.long))
 
     @property
-    def eps(self) -> float:
+    def eps(self) -> float | torch.Tensor:
         return denominator_eps(self.feature_map)
 
     @property

@@ -15,6 +15,8 @@ from models.kernels import (
     linear_attention_cumsum,
     rwkv4_wkv,
     softmax_attention,
+    taylor_features,
+    taylor_linear_attention,
 )
 
 F64 = torch.float64
@@ -184,6 +186,52 @@ def test_chunk_mode_never_holds_a_state_per_step():
         assert 0 < peak < per_step_states / 4
 
 
+# ----------------------------------------------------------------------------- Taylor (Based)
+
+
+@pytest.mark.parametrize("T", LENGTHS)
+@pytest.mark.parametrize("chunk_size", CHUNKS)
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("return_state", [False, True])
+def test_taylor_attention_modes_match_recurrent_linear_attention(
+    T, chunk_size, with_state, return_state
+):
+    """Every mode equals linear attention's step loop on the materialised Taylor features
+    (chunk mode takes the weights inside a chunk from q^T k instead)."""
+    gen = torch.Generator().manual_seed(T)
+    q, k = 0.5 * _randn(gen, B, H, T, D), 0.5 * _randn(gen, B, H, T, D)
+    v = _randn(gen, B, H, T, DV)
+    Df = 1 + D + D * D
+    state = None
+    if with_state:
+        state = (_randn(gen, B, H, Df, DV), torch.rand(B, H, Df, generator=gen, dtype=F64) + 0.5)
+    leaves = _leaves(q, k, v)
+    ref, ref_state = linear_attention(
+        taylor_features(leaves[0]), taylor_features(leaves[1]), leaves[2], mode="recurrent",
+        initial_state=state, return_state=True,
+    )  # fmt: skip
+    ref_grads = _grads(ref, leaves)
+    for mode in ("recurrent", "parallel", "chunk"):
+        leaves = _leaves(q, k, v)
+        kw = dict(mode=mode, chunk_size=chunk_size, initial_state=state)
+        out = taylor_linear_attention(*leaves, **kw, return_state=return_state)
+        if return_state:
+            out, (S, z) = out
+            _assert_close(S, ref_state[0])
+            _assert_close(z, ref_state[1])
+        _assert_close(out, ref)
+        for g, g_ref in zip(_grads(out, leaves), ref_grads, strict=True):
+            _assert_close(g, g_ref)
+
+
+def test_taylor_features_give_the_second_order_kernel():
+    gen = torch.Generator().manual_seed(19)
+    q, k = _randn(gen, 4, D), _randn(gen, 4, D)
+    s = q @ k.T
+    _assert_close(taylor_features(q) @ taylor_features(k).T, 1 + s + s**2 / 2)
+    assert taylor_features(q).shape[-1] == 1 + D + D * D
+
+
 # ----------------------------------------------------------------------------- softmax
 
 
@@ -234,6 +282,46 @@ def test_rwkv4_modes_match_recurrent(T, chunk_size, with_state):
         _assert_close(st[1] * torch.exp(st[2] - ref_state[2]), ref_state[1])
         for g, g_ref in zip(grads, ref_grads, strict=True):
             _assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("T", [37, 130])
+@pytest.mark.parametrize("chunk_size", [2, 3, 5])
+def test_rwkv4_chunk_scan_over_several_levels_matches_recurrent(T, chunk_size):
+    """Small chunks make the chunk mode's scan recurse: 130 tokens in chunks of 2 are scanned
+    as 65 chunk sums, then 32, 16, 8, 4, 2, with a remainder at most levels."""
+    w, u, k, v = _wkv_inputs(T, seed=T + chunk_size)
+    _, state = rwkv4_wkv(w, u, *_wkv_inputs(5, seed=98)[2:], mode="recurrent", return_state=True)
+    results = {}
+    for mode in ("recurrent", "chunk"):
+        leaves = _leaves(w, u, k, v)
+        out, st = rwkv4_wkv(
+            *leaves, mode=mode, chunk_size=chunk_size, initial_state=state, return_state=True
+        )
+        results[mode] = (out, st, _grads(out, leaves))
+    (out, st, grads), (ref, ref_st, ref_grads) = results["chunk"], results["recurrent"]
+    _assert_close(out, ref)
+    for x, y in zip(st, ref_st, strict=True):
+        _assert_close(x, y)
+    for g, g_ref in zip(grads, ref_grads, strict=True):
+        _assert_close(g, g_ref)
+
+
+def test_rwkv4_chunk_mode_holds_no_chunk_by_chunk_matrix():
+    """Peak memory of chunk mode at T=8192, C=64, forward and backward: below 40 tensors of
+    [T, C] (the chunk-by-chunk exponent form held [T, chunk_size, C], 16 of them per tensor)."""
+    T, C = 8192, 64
+    w, u, k, v = _leaves(*_wkv_inputs(T, seed=21, C=C))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = rwkv4_wkv(w, u, k[:1], v[:1], mode="chunk", chunk_size=16)
+        out.sum().backward()
+    events = sorted(
+        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
+    )
+    current = peak = 0
+    for e in events:
+        current += e.self_cpu_memory_usage
+        peak = max(peak, current)
+    assert 0 < peak < 40 * T * C * 8
 
 
 @pytest.mark.parametrize("mode", ["recurrent", "parallel", "chunk"])
@@ -380,3 +468,38 @@ def test_bad_shapes_are_rejected():
         rwkv4_wkv(w[:5], u, kr, vr)
     with pytest.raises(ValueError, match=r"got k \[2, 7, 6\], v \[2, 6, 6\]"):
         rwkv4_wkv(w, u, kr, vr[:, :6])
+
+
+# ----------------------------------------------------------------------------- autograd graphs
+
+
+def _graph_nodes(out: torch.Tensor) -> list[str]:
+    """Names of the autograd nodes behind `out`."""
+    seen, stack, names = set(), [out.grad_fn], []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.append(type(node).__name__)
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    return names
+
+
+@pytest.mark.parametrize("mode", ["recurrent", "chunk"])
+def test_no_loop_indexes_one_step_or_chunk_in_autograd(mode):
+    """Selecting step t (or chunk c) of a tensor inside a loop puts one SelectBackward per step
+    in the graph, and each allocates a gradient of the whole tensor: a backward quadratic in T.
+    The loops split their inputs once (unbind) instead."""
+    q, k, v = _linear_inputs(64, seed=22)
+    wq, wu, wk, wv = _wkv_inputs(64, seed=22)
+    dq, dk, dv, beta = _delta_inputs(64, seed=22)
+    kw = dict(mode=mode, chunk_size=4)
+    outs = [
+        linear_attention(*_leaves(q, k, v), **kw),
+        linear_attention(*_leaves(q, k, v), decay=torch.tensor(DECAY, dtype=F64), **kw),
+        rwkv4_wkv(*_leaves(wq, wu, wk, wv), **kw),
+        delta_rule(*_leaves(dq, dk, dv, beta), **kw),
+    ]
+    for out in outs:
+        assert "SelectBackward0" not in _graph_nodes(out)

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from studies import kernel_approx, sharpness
+from studies import favor_numerics, kernel_approx, reference, sharpness
 
 
 def test_favor_error_falls_as_one_over_sqrt_d(tmp_path: Path) -> None:
     rows = kernel_approx.error_rows(
-        kernel_approx.random_qkv(1.0, 8, 64, kernel_approx.HEAD_DIM, seed=0),
+        reference.random_qkv(1.0, 8, 64, reference.HEAD_DIM, seed=0),
         "random",
         dims=[16, 64, 256, 1024],
         seeds=3,
@@ -27,19 +27,19 @@ def test_favor_error_falls_as_one_over_sqrt_d(tmp_path: Path) -> None:
 
 
 def test_features_estimate_the_softmax_kernel_without_bias() -> None:
-    q, k, _ = kernel_approx.random_qkv(0.7, 1, 16, kernel_approx.HEAD_DIM, seed=3)
-    exact = kernel_approx.exact_kernel(q, k)
+    q, k, _ = reference.random_qkv(0.7, 1, 16, reference.HEAD_DIM, seed=3)
+    exact = reference.exact_kernel(q, k)
     for name in ("favor", "rff"):
-        fmap = kernel_approx.build(name, 8192, seed=0)
+        fmap = reference.study_feature_map(name, 8192, seed=0)
         (fq, fk), _ = kernel_approx.kernel_features(name, fmap, q, k)
         approx = fq @ fk.transpose(-1, -2)
         assert torch.allclose(approx, exact, rtol=0.1), (name, (approx / exact - 1).abs().max())
 
 
 def test_numerics_running_max_is_exact_where_the_plain_form_breaks() -> None:
-    rows = kernel_approx.numeric_rows([64], [1, 16], trained=None)
+    rows = favor_numerics.numeric_rows([64], [1, 16], trained=None)
     get = {(r["qk"], r["variant"]): r for r in rows}
-    for variant in kernel_approx.VARIANTS:  # every form computes the estimator at small norms
+    for variant in favor_numerics.VARIANTS:  # every form computes the estimator at small norms
         assert get[("random |x'|=1", variant)]["numeric_err"] < 1e-3, variant
     assert get[("random |x'|=16", "eq7_fp32")]["zero_den_frac"] == 1.0  # all underflow
     assert get[("random |x'|=16", "runmax_fp32")]["numeric_err"] < 1e-4

@@ -8,7 +8,11 @@ from pathlib import Path
 import torch
 
 from models import MIXERS
-from studies.bench import Form, Settings, chunk_flops, crossover, extrapolate, kernel_forms
+from studies.bench.forms import Form, chunk_flops, kernel_forms
+from studies.bench.grid import extrapolate
+from studies.bench.settings import Settings
+from studies.bench.summary import crossover, step_targets
+from studies.bench.train_step import NO_MIXER, composed_config, make_cell
 from tests.conftest import REPO
 
 
@@ -58,8 +62,16 @@ def test_quick_bench_measures_every_kernel_mode_and_mixer(tmp_path: Path) -> Non
         "bare torch loop",
         "lightning",
     }
+    step = read(tmp_path / "bench_step.csv")
+    for T, batch in ((32, 8), (64, 4)):  # --quick: 256 tokens per step at T = 32, 64
+        at_T = {r["mixer"]: r for r in step if int(r["T"]) == T}
+        assert set(at_T) == {*MIXERS.names(), "(no mixer)"}
+        assert float(at_T["softmax"]["vs_softmax"]) == 1.0
+        assert all(int(r["batch"]) == batch and float(r["tokens_per_s"]) > 0 for r in at_T.values())
+    assert "training step of the default model" in result.stdout
     targets = {r["target"] for r in read(tmp_path / "bench_targets.csv")}
     assert any("Lightning" in t for t in targets)
+    assert any("training step at T=64" in t for t in targets)
     assert (tmp_path / "bench.png").stat().st_size > 0
     assert "crossover T" in result.stdout
 
@@ -90,3 +102,36 @@ def test_chunk_flops_and_extrapolation() -> None:
     seconds, memory = extrapolate([(100, 1.0, 10.0), (200, 2**1.5, 20.0)], 400, form)
     assert abs(seconds - 4 * 2**1.5) < 1e-9 and abs(memory - 40.0) < 1e-9
     assert extrapolate([(100, 1.0, 10.0)], 400, form) == (4.0, 40.0)  # one point: declared
+
+
+def test_step_section_builds_the_configured_model() -> None:
+    """The training step measures what `python run.py model=<name> ...` trains."""
+    s = Settings(torch.device("cpu"), [64], step_tokens=256, step_overrides=["backbone.n_layers=3"])
+    cell = make_cell("linear", 64, s)
+    cfg = composed_config("linear", s.step_overrides)
+    assert len(cell.model.blocks) == 3
+    assert cell.model.embed.embedding_dim == cfg.backbone.d_model
+    assert cell.model.blocks[0].mixer.chunk_size == cfg.model.chunk_size
+    assert (cell.model.blocks[0].conv is None) == (cfg.backbone.short_conv == 0)
+    assert tuple(cell.tokens.shape) == (4, 64)
+    bare = make_cell(NO_MIXER, 64, s)  # the rest of the model: every mixer an identity
+    assert all(isinstance(block.mixer, torch.nn.Identity) for block in bare.model.blocks)
+    before = [p.detach().clone() for p in cell.model.parameters()]
+    cell.step()
+    assert any(not torch.equal(a, b) for a, b in zip(before, cell.model.parameters(), strict=True))
+
+
+def test_step_targets_name_the_mixers_below() -> None:
+    rows = [
+        {"mixer": "softmax", "T": 64, "vs_softmax": 1.0},
+        {"mixer": "linear", "T": 64, "vs_softmax": 0.7},
+        {"mixer": "rwkv", "T": 64, "vs_softmax": 0.5},
+        {"mixer": "linear", "T": 1024, "vs_softmax": 1.6},
+    ]
+    found = {r["target"]: r for r in step_targets(rows)}
+    at_64 = found["training step at T=64: every mixer >= 0.6x softmax"]
+    assert at_64["holds"] == "NO" and "rwkv 0.50" in at_64["measured"]
+    assert "linear" not in at_64["measured"].split("below:")[1]
+    at_1024 = found["training step at T=1024: every fixed-state mixer >= 1.5x softmax"]
+    assert at_1024["holds"] == "yes"  # softmax, whose state grows, is not a fixed-state mixer
+    assert found["training step at T=4096: every fixed-state mixer >= 3.0x softmax"]["holds"] == "-"

@@ -1,0 +1,157 @@
+"""The `step` section: the training step users run. Tokens/s of one optimiser step (forward +
+backward + AdamW) of the default language model for every registered mixer, with the number
+of tokens per step held fixed (batch = tokens / T), as a ratio to softmax measured in the
+same run, and the peak memory of a step. One more row, NO_MIXER, is the same model with every
+mixer replaced by the identity: the rest of the model alone, the ceiling of any mixer's ratio.
+
+The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
+(its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
+plus `Settings.step_overrides`. Steps of every mixer at one T are interleaved (one step of
+each, repeated), so that a change of machine load during the run slows every mixer alike;
+each mixer's time is its median step, on the wall clock or (`--clock cpu`) the process's CPU
+time. Peak memory: the rise of the process's peak RSS over
+the first timed step, after a warm-up step that allocated AdamW's moments.
+"""
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from harness.results import params_of
+from models import MIXERS
+from models.backbone import LanguageModel
+from studies.bench.settings import Settings
+from studies.measure import PeakMemory, sync
+from studies.threads import torch_threads
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+REFERENCE = "softmax"
+NO_MIXER = "(no mixer)"  # the model with every mixer an identity: the ceiling of any ratio
+
+
+def composed_config(model: str, overrides: list[str]) -> DictConfig:
+    """The config of `python run.py model=<model> <overrides>`."""
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"model={model}", "logger=none", *overrides])
+
+
+@dataclass
+class StepCell:
+    """One mixer at one T: its model, optimiser, fixed batch, and measured step times."""
+
+    name: str
+    model: LanguageModel
+    optimizer: torch.optim.Optimizer
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    times: list[float] = field(default_factory=list)
+    peak_bytes: int | None = None
+    first_step_s: float = 0.0  # wall time of the warm-up step (with torch.compile: compiling)
+
+    def step(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(self.tokens)
+        loss = F.cross_entropy(logits.flatten(0, 1), self.labels.flatten())
+        loss.backward()
+        self.optimizer.step()
+
+    def timed_step(self, device: torch.device, clock: Callable[[], float]) -> None:
+        sync(device)
+        t0 = clock()
+        self.step()
+        sync(device)
+        self.times.append(clock() - t0)
+
+
+def make_cell(name: str, T: int, s: Settings) -> StepCell:
+    """The default model with mixer `name` (or NO_MIXER) for length T, AdamW as configured, a
+    batch of `s.step_tokens // T` random token sequences (every position labelled)."""
+    cfg = composed_config(REFERENCE if name == NO_MIXER else name, s.step_overrides)
+    torch.manual_seed(cfg.seed)
+    model = LanguageModel(
+        vocab_size=cfg.task.vocab_size,
+        max_seq_len=T,
+        mixer=cfg.model.name,
+        mixer_params=params_of(cfg.model),
+        **cfg.backbone,
+    ).to(s.device)
+    if name == NO_MIXER:
+        for block in model.blocks:
+            block.mixer = torch.nn.Identity()
+    if s.compile:
+        model.compile()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+    )
+    batch = max(1, s.step_tokens // T)
+    g = torch.Generator().manual_seed(T)
+    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g).to(s.device)
+    return StepCell(name, model.train(), optimizer, tokens[:, :-1], tokens[:, 1:])
+
+
+def step_rows(s: Settings) -> list[dict]:
+    """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, peak memory."""
+    with torch_threads(s.step_threads):
+        return [row for T in s.step_seq_lens for row in rows_at(T, s)]
+
+
+def rows_at(T: int, s: Settings) -> list[dict]:
+    """Every mixer at T. Eager models step in turn (interleaved); compiled ones one after the
+    other, each alone with a fresh dynamo cache (instances of one model class share compiled
+    code, and steps of several compiled models interleaved were measured 20x slow)."""
+    names = [*MIXERS.names(), NO_MIXER]
+    if s.compile:
+        cells = []
+        for name in names:
+            torch._dynamo.reset()
+            cells.append(warmed_up(make_cell(name, T, s), s))
+            repeat_steps([cells[-1]], s)
+    else:
+        cells = [warmed_up(make_cell(name, T, s), s) for name in names]
+        repeat_steps(cells, s)
+    print(f"  step T={T}: done", file=sys.stderr, flush=True)
+    seconds = {cell.name: statistics.median(cell.times) for cell in cells}
+    batch = cells[0].tokens.shape[0]
+    return [
+        {
+            "mixer": cell.name,
+            "T": T,
+            "batch": batch,
+            "tokens_per_s": round(batch * T / seconds[cell.name]),
+            "vs_softmax": round(seconds[REFERENCE] / seconds[cell.name], 2),
+            "ms_per_step": round(1e3 * seconds[cell.name], 1),
+            "steps": len(cell.times),
+            "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
+            "first_step_s": round(cell.first_step_s, 2),
+        }
+        for cell in cells
+    ]
+
+
+def warmed_up(cell: StepCell, s: Settings) -> StepCell:
+    """A warm-up step (AdamW's moments, a compiled graph), then one timed step whose peak
+    memory is measured."""
+    t0 = time.perf_counter()
+    cell.step()
+    cell.first_step_s = time.perf_counter() - t0
+    memory = PeakMemory(s.device)
+    memory.start()
+    cell.timed_step(s.device, s.timer)
+    cell.peak_bytes = memory.stop()
+    return cell
+
+
+def repeat_steps(cells: list[StepCell], s: Settings) -> None:
+    """One timed step of each cell in turn, until `step_reps` each or the time budget."""
+    started = time.perf_counter()
+    while len(cells[0].times) < s.step_reps and time.perf_counter() - started < s.step_budget_s:
+        for cell in cells:
+            cell.timed_step(s.device, s.timer)

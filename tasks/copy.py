@@ -27,7 +27,7 @@ import numpy as np
 
 from common.checks import is_int, require, require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, token_sets
 
 PAD, BOS, SEP = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -53,14 +53,16 @@ class Copy(Task):
             copy_len is None or (is_int(copy_len) and 1 <= copy_len <= longest),
             "copy_len",
             copy_len,
-            f"None or an integer in [1, {longest}] (a string of L tokens needs seq_len >= 2L + 1)",
+            f"None or an integer in [1, {longest}] for seq_len={seq_len} "
+            "(a string of L tokens needs seq_len >= 2L + 1)",
         )
         max_len = longest if copy_len is None else int(copy_len)
         require(
             min_copy_len is None or (is_int(min_copy_len) and 1 <= min_copy_len <= max_len),
             "min_copy_len",
             min_copy_len,
-            f"None or an integer in [1, {max_len}] (at most copy_len)",
+            f"None or an integer in [1, {max_len}] for copy_len={copy_len} "
+            f"and seq_len={seq_len} (at most the longest string)",
         )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
@@ -70,6 +72,16 @@ class Copy(Task):
         self.min_len = max_len if min_copy_len is None else int(min_copy_len)
 
     position_slices = ("copy_position",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return FIRST_SYMBOL, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The distinct symbols of the string (all of them precede SEP, the first scored
+        position)."""
+        return token_sets(inputs, self.vocab_size, inputs >= FIRST_SYMBOL)
+
     example_slices = ("copy_len",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, token_sets
 from tasks.sampling import depth_bins, sample_excluding
 
 
@@ -43,6 +43,16 @@ class Induction(Task):
         self.seq_len = int(seq_len)
 
     example_slices = ("depth_bin",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return 1, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The distinct tokens before the query, except the trigger itself (B never equals A)."""
+        present = token_sets(inputs[:, :-1], self.vocab_size)
+        present[np.arange(inputs.shape[0]), inputs[:, -1]] = False
+        return present
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

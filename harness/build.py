@@ -6,9 +6,10 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from common.checks import require, require_int
+from common.checks import is_real, require, require_choice, require_int
 from harness.data import TaskDataModule
 from harness.module import RecallModule
+from harness.optim import DECAY_CHOICES, SCHEDULES
 from harness.results import params_of
 from models import MIXERS
 from models.backbone import LanguageModel
@@ -35,9 +36,55 @@ def resolved_model_params(cfg: DictConfig) -> dict:
 
 
 def check_run_settings(cfg: DictConfig) -> None:
-    """The harness's own numeric settings (the constructors check their parameters)."""
-    require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "> 0")
-    require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
+    """The harness's own settings (the constructors check their parameters)."""
+    optim = cfg.optim
+    require(is_real(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
+    require(
+        is_real(optim.weight_decay) and optim.weight_decay >= 0,
+        "optim.weight_decay",
+        optim.weight_decay,
+        ">= 0",
+    )
+    require_choice("optim.decay", optim.decay, DECAY_CHOICES)
+    require_choice("optim.schedule", optim.schedule, SCHEDULES)
+    require(
+        is_real(optim.warmup_fraction) and 0 <= optim.warmup_fraction <= 1,
+        "optim.warmup_fraction",
+        optim.warmup_fraction,
+        "a fraction of trainer.max_steps in [0, 1]",
+    )
+    require(
+        is_real(optim.min_lr_ratio) and 0 <= optim.min_lr_ratio <= 1,
+        "optim.min_lr_ratio",
+        optim.min_lr_ratio,
+        "in [0, 1]",
+    )
+    require(
+        optim.grad_clip is None or (is_real(optim.grad_clip) and optim.grad_clip > 0),
+        "optim.grad_clip",
+        optim.grad_clip,
+        "null (no clipping) or > 0",
+    )
+    require(
+        cfg.trainer.get("gradient_clip_val") is None,
+        "trainer.gradient_clip_val",
+        cfg.trainer.get("gradient_clip_val"),
+        "unset: the clip value lives in optim.grad_clip",
+    )
+    require(
+        cfg.early_stop_acc is None or (is_real(cfg.early_stop_acc) and 0 < cfg.early_stop_acc <= 1),
+        "early_stop_acc",
+        cfg.early_stop_acc,
+        "null (never stop on accuracy) or in (0, 1]",
+    )
+    require_int("plateau.patience", cfg.plateau.patience, 1)
+    require(
+        is_real(cfg.plateau.min_delta) and cfg.plateau.min_delta >= 0,
+        "plateau.min_delta",
+        cfg.plateau.min_delta,
+        ">= 0",
+    )
+    require(isinstance(cfg.plateau.stop, bool), "plateau.stop", cfg.plateau.stop, "true or false")
     require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
     for key in ("num_train", "num_val", "num_test", "batch_size"):
         require_int(f"data.{key}", cfg.data[key], 1)
@@ -72,5 +119,14 @@ def build(cfg: DictConfig) -> Parts:
             model.check_length(seq_len)
     except ValueError as error:
         raise BadInput(str(error)) from error
-    module = RecallModule(model, cfg.optim.lr, cfg.optim.weight_decay, data.test_seq_lens)
+    module = RecallModule(
+        model,
+        cfg.optim.lr,
+        cfg.optim.weight_decay,
+        data.test_seq_lens,
+        decay=cfg.optim.decay,
+        schedule=cfg.optim.schedule,
+        warmup_fraction=cfg.optim.warmup_fraction,
+        min_lr_ratio=cfg.optim.min_lr_ratio,
+    )
     return Parts(task, model, data, module)

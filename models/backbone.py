@@ -88,7 +88,7 @@ class LanguageModel(nn.Module):
         d_model: int = 64,
         n_layers: int = 2,
         pos_emb: str = "learned",
-        short_conv: int = 0,
+        short_conv: int = 4,
         mlp_ratio: int = 4,
     ) -> None:
         super().__init__()

@@ -100,6 +100,7 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
     b = json.loads((tmp_path / "killed" / "results.json").read_text())
     assert b["train"]["resumed_from_step"] > 0
     assert b["train"]["steps"] == a["train"]["steps"] == 120
+    assert b["train"]["val_curve"] == a["train"]["val_curve"]  # the curve survives the kill
     for key in ("test/acc", "test/seq_acc", "val/acc"):
         assert b["metrics"][key] == pytest.approx(a["metrics"][key], abs=1e-6)
     assert not list((tmp_path / "ckpt").glob("*/last.ckpt")), "finished runs drop checkpoints"

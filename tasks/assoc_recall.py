@@ -39,6 +39,8 @@ from common.checks import is_real, require, require_choice, require_int
 from tasks import register
 from tasks.base import IGNORE, Task, require_int_given, token_sets
 from tasks.sampling import (
+    BITMAP_BUDGET,
+    row_chunks,
     sample_distinct,
     sample_excluding,
     sample_weighted_distinct,
@@ -108,19 +110,21 @@ class AssocRecall(Task):
 
     def elimination(self, data: dict[str, np.ndarray]) -> float:
         inputs, labels = data["inputs"], data["labels"]
-        n, rows = self.num_kv_pairs, inputs.shape[0]
-        context_values = inputs[:, 1 : 2 * n : 2]  # [N, n], distinct per row
+        n = self.num_kv_pairs
         # each example has n queries; their positions in time order
-        queries = np.nonzero(labels != IGNORE)[1].reshape(rows, n)
-        shown = np.take_along_axis(inputs, queries + 1, axis=1)  # the token after each query
-        # shown_at[r, i, k]: the token after query i is context value k
-        shown_at = shown[:, :, None] == context_values[:, None, :]
-        # gone[r, j, k]: value k stood after a query before query j (exclusive running OR)
-        gone = np.cumsum(shown_at, axis=1) - shown_at > 0
-        answers = np.take_along_axis(labels, queries, axis=1)
-        answer_gone = (gone & (context_values[:, None, :] == answers[:, :, None])).any(axis=2)
-        left = n - gone.sum(axis=2)
-        return float(np.mean(~answer_gone / np.maximum(left, 1)))
+        queries = np.nonzero(labels != IGNORE)[1].reshape(inputs.shape[0], n)
+        hits = np.empty(queries.shape)
+        for rows in row_chunks(inputs.shape[0], max(1, BITMAP_BUDGET // (n * n))):
+            context_values = inputs[rows, 1 : 2 * n : 2]  # [R, n], distinct per row
+            shown = np.take_along_axis(inputs[rows], queries[rows] + 1, axis=1)  # after a query
+            # shown_at[r, i, k]: the token after query i is context value k
+            shown_at = shown[:, :, None] == context_values[:, None, :]
+            # gone[r, j, k]: value k stood after a query before query j (exclusive running OR)
+            gone = np.cumsum(shown_at, axis=1) - shown_at > 0
+            answers = np.take_along_axis(labels[rows], queries[rows], axis=1)
+            answer_gone = (gone & (context_values[:, None, :] == answers[:, :, None])).any(axis=2)
+            hits[rows] = ~answer_gone / np.maximum(n - gone.sum(axis=2), 1)
+        return float(hits.mean())
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         """Write one chunk of examples into the views `out` (labels/slices prefilled)."""

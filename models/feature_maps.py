@@ -45,9 +45,9 @@ def gaussian_directions(num: int, dim: int, orthogonal: bool, generator=None) ->
     Each block is a Haar-uniform orthogonal matrix: the Q of a Gaussian matrix's QR with its
     columns' signs fixed by sign(diag(R)). `torch.linalg.qr` alone returns a Q whose signs are
     tied to the input (its R has a fixed sign pattern), so its rows are not uniform on the
-    sphere and the estimator of eq. 7 is biased (by a few percent at |q' + k'| = 1.5-2, a bias
-    that does not shrink with D); with the correction each row is uniform and the rows of a
-    block are exactly orthogonal."""
+    sphere and the estimator of eq. 7 is biased (up to +-5% at |q' + k'| = 2, depending on the
+    direction, a bias that does not shrink with D); with the correction each row is uniform
+    and the rows of a block are exactly orthogonal."""
     if not orthogonal:
         return torch.randn(num, dim, generator=generator)
     blocks = []

@@ -19,6 +19,11 @@ in [min_copy_len, copy_len]).
 Slices: `copy_position` [N, T], at a scored position the index in the string of the token to
 output (0 = s_1), -1 elsewhere; `copy_len` [N], the example's string length.
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - 3); `in_context`, a uniform
+guess among the string's distinct symbols. No shortcut: each answer is the string's next
+symbol, L + 1 tokens back (reading it is the copy), and i.i.d. symbols leave nothing to
+eliminate.
+
 Failure: a fixed-size recurrent state holds about state_bits / log2(alphabet) tokens; past that
 the copy's accuracy falls with `copy_position` while softmax attention's does not.
 """

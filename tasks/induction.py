@@ -17,6 +17,10 @@ Parameters: `vocab_size`, `seq_len`.
 Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10: where the earlier A is (0 = the
 start, 10 = right before the query).
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - 1); `in_context`, a uniform
+guess among the distinct tokens before the query other than A. When p = T - 3 (one example in
+T - 2) the answer is the token right before the query: still the induction step, not a leak.
+
 Failure: the model must match the current token against every earlier one and copy the token
 that followed it; a state that keeps no token identity for long answers near chance
 (1 / (vocab_size - 2)), mostly at low `depth_bin`.

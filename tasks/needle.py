@@ -20,6 +20,12 @@ uniformly per example; or "uniform": p uniform over [0, T - 3]), `num_distractor
 
 Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10 (the depth the needle actually got).
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - vocab_size // 2);
+`in_context`, a uniform guess among the values that follow a key token in the context (the
+pairs' values and the filler's chance `key value` bigrams, which only matching the query tells
+apart from real pairs). No shortcut: the answer sits right after the needle's key, wherever
+the needle is; nothing near the query depends on it.
+
 Failure: a fixed-size state that has overwritten the needle by the time the query comes gets
 chance accuracy (about 1 / (vocab_size / 2)), mostly at low depth (far back); distractors test
 whether the retrieval is precise (another pair's value is the typical wrong answer).

@@ -19,6 +19,10 @@ Parameters: `vocab_size`, `seq_len`, `num_tokens` (k), `noise_vocab_size`.
 Slice: `copy_position` [N, T], at a scored position the index (0 = d_1) of the data token to
 output, -1 elsewhere.
 
+Binding-free baselines (`baselines`): `chance` 1 / (number of data tokens); `in_context`, a
+uniform guess among the distinct data tokens of the input. No shortcut: as in `copy`, each
+answer is the next data token of the context, and i.i.d. tokens leave nothing to eliminate.
+
 Failure: copying needs the data tokens' content *and* order kept while skipping a variable
 amount of noise; models whose state update cannot depend on the input (time-invariant
 recurrences) cannot select, and a fixed-size state loses tokens once k outgrows it.

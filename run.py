@@ -9,13 +9,11 @@ REPO = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 
 import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
 
+import harness.config  # noqa: E402,F401  (registers the resolvers the presets use)
 from harness.build import BadInput  # noqa: E402
-from harness.train import run, sweep_dir  # noqa: E402
-
-# `${mul:8,${task.num_kv_pairs}}` in presets ties one swept value to another.
-OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)
+from harness.train import is_recording_rank, run, sweep_dir  # noqa: E402
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -29,7 +27,8 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     acc = record["metrics"].get("test/acc")
     state = record["state"]["floats_per_layer"]
-    print(f"{record['status']}: test/acc={acc} state floats/layer={state} ({cfg.model.name})")
+    if is_recording_rank():  # once, not once per data-parallel process
+        print(f"{record['status']}: test/acc={acc} state floats/layer={state} ({cfg.model.name})")
     return acc
 
 

@@ -38,7 +38,7 @@ class Registry:
 
     def defaults(self, name: str) -> dict[str, Any]:
         """The constructor parameters of entry `name` that have a default, with that default
-        (the single source of truth for defaults: DESIGN.md "Conventions")."""
+        (the single source of truth for defaults; `tests/test_configs.py` holds each yaml to it)."""
         return {
             key: p.default
             for key, p in self.parameters(name).items()

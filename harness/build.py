@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 
 from common.checks import is_real, require, require_choice, require_int
 from harness.data import TaskDataModule
+from harness.devices import check_devices
 from harness.module import RecallModule
 from harness.optim import DECAY_CHOICES, SCHEDULES
 from harness.results import params_of
@@ -94,6 +95,7 @@ def build(cfg: DictConfig) -> Parts:
     """Construct task, model and data, or raise `BadInput` before any training."""
     try:
         check_run_settings(cfg)
+        check_devices(cfg)
         task = build_task(cfg.task.name, **params_of(cfg.task))
         eval_seq_lens = list(cfg.task.get("eval_seq_lens") or [])
         torch.manual_seed(cfg.seed)

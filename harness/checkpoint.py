@@ -1,8 +1,12 @@
-"""Kill-safe training: the last checkpoint of a config, found again by its config hash.
+"""Checkpoints: kill-safe training state, and the final weights a run can keep.
 
 A run saves `<checkpoint.dir>/<config_hash>/last.ckpt` after every validation (written to a
 temp file, then renamed, so a kill never leaves a torn checkpoint). Re-running the same
 command finds it and resumes; a run that ends (ok or diverged) deletes it.
+
+With `checkpoint.keep=true` a run that ends ok also keeps its final weights beside its record:
+`<run dir>/model.pt`, the language model's `state_dict` (plain torch), which
+`harness.evaluate` re-tests at other lengths or task settings.
 """
 
 import contextlib
@@ -15,6 +19,9 @@ import lightning as L
 import torch
 
 log = logging.getLogger(__name__)
+
+WEIGHTS = "model.pt"
+"""The kept final weights, in the run's folder beside `results.json`."""
 
 
 class SaveLast(L.Callback):
@@ -54,3 +61,18 @@ def resumable(path: Path) -> tuple[Path | None, int]:
 def discard(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(path.parent)
+
+
+def keep_weights(model: torch.nn.Module, run_dir: Path) -> Path:
+    """Save `model.state_dict()` to `<run_dir>/model.pt` (temp file, then rename)."""
+    path = Path(run_dir) / WEIGHTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{WEIGHTS}.{os.getpid()}.tmp")
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def kept_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The state dict a run kept (`FileNotFoundError` if it kept none)."""
+    return torch.load(Path(run_dir) / WEIGHTS, map_location="cpu", weights_only=True)

@@ -72,7 +72,7 @@ class RecallModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         results = self._gathered(self.val_metrics).compute()
         self.val_results = {"val/acc": results["acc"], "val/seq_acc": results["seq_acc"]}
-        self.log_dict(self.val_results, prog_bar=True)
+        self.log_dict(self.val_results, prog_bar=True, sync_dist=True)
 
     def on_test_epoch_start(self) -> None:
         self.test_metrics = [RecallAccuracy() for _ in self.test_seq_lens]
@@ -91,10 +91,12 @@ class RecallModule(L.LightningModule):
             if index == 0:
                 results.update({f"test/{key}": value for key, value in computed.items()})
         self.test_results = results
-        self.log_dict(results)
+        self.log_dict(results, sync_dist=True)
 
     def _gathered(self, metrics: RecallAccuracy) -> RecallAccuracy:
-        """Under DDP, the counts of every rank merged."""
+        """Under DDP, the counts of every rank merged: each rank evaluated its own shard of
+        the split (`harness.data`), so the sums are exactly one process's counts. Every rank
+        then holds the same metrics (their `sync_dist` mean when logged changes nothing)."""
         if not (dist.is_available() and dist.is_initialized()):
             return metrics
         everyone = [None] * dist.get_world_size()

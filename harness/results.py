@@ -1,4 +1,4 @@
-"""A run's record (`results.json`, DESIGN.md) and the sweep's `summary.jsonl`."""
+"""A run's record (`results.json`, README "The results record") and the sweep's `summary.jsonl`."""
 
 import contextlib
 import fcntl
@@ -83,13 +83,14 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "metrics": {},
         "train": None,
         "wandb": None,
+        "weights": None,  # the kept final weights' path with checkpoint.keep=true
         "run_dir": str(run_dir),
         "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
     }
 
 
 def state_record(model: torch.nn.Module, seq_len: int) -> dict:
-    """Recurrent state needed to produce the next token at `seq_len` (DESIGN.md `state`);
+    """Recurrent state needed to produce the next token at `seq_len` (the record's `state`);
     `model` is a `models.backbone.LanguageModel`."""
     floats = model.state_size(seq_len)
     bytes_per_float = next(model.parameters()).element_size()

@@ -13,10 +13,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from harness.build import Parts, build, resolved_model_params
-from harness.checkpoint import SaveLast, checkpoint_path, discard, resumable
+from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
 from harness.convergence import ConvergenceStop
 from harness.module import Diverged
 from harness.results import (
@@ -94,6 +95,7 @@ def run(cfg: DictConfig) -> dict:
         return done
     if job_threads(cfg):
         torch.set_num_threads(job_threads(cfg))
+    log.info("torch threads: %d", torch.get_num_threads())
     record = new_record(cfg, job.digest, job.run_dir)
     logger = None
     try:
@@ -103,6 +105,8 @@ def run(cfg: DictConfig) -> dict:
         trainer = make_trainer(cfg, job, logger)
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
+        if cfg.checkpoint.get("keep") and is_recording_rank():
+            record["weights"] = str(keep_weights(parts.model, job.run_dir))
         record["status"] = "ok"
         discard(job.checkpoint)
     except (Diverged, DenominatorCollapse) as error:
@@ -127,8 +131,17 @@ def describe(record: dict, cfg: DictConfig, parts: Parts) -> None:
     )
 
 
+def is_recording_rank() -> bool:
+    """False in the extra processes of a data-parallel run (rank >= 1, known from the
+    launcher's environment): they train and evaluate beside rank 0, which alone logs to W&B
+    and writes the record."""
+    return rank_zero_only.rank == 0
+
+
 def start_logger(cfg: DictConfig, job: Job, parts: Parts) -> Logger | None:
-    """The W&B logger of this run (None with `logger=none`)."""
+    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1)."""
+    if not is_recording_rank():
+        return None
     name = f"{cfg.model.name}-{cfg.task.name}-{parts.task.seq_len}"
     group = job.sweep.name if job.sweep else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -207,7 +220,9 @@ def baseline_metrics(parts: Parts) -> dict[str, float]:
 
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:
-    """Close W&B, write `results.json`, append to the sweep's `summary.jsonl`."""
+    """Close W&B, write `results.json`, append to the sweep's `summary.jsonl` (rank 0)."""
+    if not is_recording_rank():
+        return
     if logger is not None:
         summary = {**record["metrics"], "state": record["state"], "status": record["status"]}
         record["wandb"] = finish_wandb(logger, summary)

@@ -1,8 +1,10 @@
-"""Feature maps phi: R^d -> R^D for linear attention (notes, "Feature Map Choices").
+"""Feature maps phi: R^d -> R^D for linear attention (docs/background.md, section 3).
 
 Each map is an `nn.Module` applied to the last dim of `[..., d]` and reports `out_dim`, the
 number of features it really produces (the D in the state size D x d_v + D).
 Random projections are drawn from the torch RNG at construction (`torch.manual_seed` fixes them).
+Features are computed and returned in float32 or wider, also for bf16 / fp16 inputs and under
+autocast (`models.precision`): the kernel that consumes them runs in float32.
 """
 
 import math
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.checks import require, require_choice, require_int
+from models.precision import autocast_off, wide_dtype
 
 FEATURE_MAPS = ("elu", "identity", "rff", "favor", "taylor")
 
@@ -24,7 +27,7 @@ class EluFeatureMap(nn.Module):
         self.out_dim = head_dim
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        return F.elu(x) + 1
+        return F.elu(x.to(wide_dtype(x.dtype))) + 1
 
 
 class IdentityFeatureMap(nn.Module):
@@ -35,7 +38,7 @@ class IdentityFeatureMap(nn.Module):
         self.out_dim = head_dim
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        return x
+        return x.to(wide_dtype(x.dtype))
 
 
 def gaussian_directions(num: int, dim: int, orthogonal: bool, generator=None) -> torch.Tensor:
@@ -82,11 +85,6 @@ class RandomFeatureMap(nn.Module):
         self.omega.copy_(self._draw(self.omega.shape[0], step))
 
 
-def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
-    """Exponentials and sin/cos of projections are computed in fp32 even for bf16/fp16 models."""
-    return x.to(torch.promote_types(x.dtype, torch.float32))
-
-
 class RffFeatureMap(RandomFeatureMap):
     """Random Fourier features (eq. 6): phi(x) = [cos(w_i^T x), sin(w_i^T x)]_i / sqrt(D/2).
 
@@ -101,10 +99,10 @@ class RffFeatureMap(RandomFeatureMap):
         self.out_dim = feature_dim
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        xs = at_least_fp32(x) * self.head_dim**-0.25
-        proj = xs @ self.omega.to(xs.dtype).T
-        feats = torch.cat([proj.cos(), proj.sin()], dim=-1) / math.sqrt(self.omega.shape[0])
-        return feats.to(x.dtype)
+        with autocast_off(x):
+            xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
+            proj = xs @ self.omega.to(xs.dtype).T
+            return torch.cat([proj.cos(), proj.sin()], dim=-1) / math.sqrt(self.omega.shape[0])
 
 
 class FavorFeatureMap(RandomFeatureMap):
@@ -112,9 +110,10 @@ class FavorFeatureMap(RandomFeatureMap):
 
         phi(x) = exp(w_i^T x' - |x'|^2 / 2 - c) / sqrt(D),   x' = x d^(-1/4).
 
-    Computed in fp32. The stabiliser c never looks at other tokens, so future tokens cannot
-    change causal outputs (performer-pytorch's key stabiliser takes a max over the whole
-    sequence and does, its issue #82):
+    Computed and returned in fp32 (in fp16, key features of ~1e-10 would be 0). The
+    stabiliser c never looks at other tokens, so future tokens cannot change causal outputs
+    (performer-pytorch's key stabiliser takes a max over the whole sequence and does, its
+    issue #82):
     - keys: c = max_i |w_i|^2 / 2, the analytic maximum of w_i^T x - |x|^2/2 over all x, so
       features are <= 1 / sqrt(D) and never overflow; the same c for every key cancels in the
       normalised output (the mixer scales eps by `key_scale`);
@@ -129,14 +128,14 @@ class FavorFeatureMap(RandomFeatureMap):
         return self.omega.pow(2).sum(dim=1).max() / 2
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        xs = at_least_fp32(x) * self.head_dim**-0.25
-        logits = xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
-        if is_query:
-            shift = logits.amax(dim=-1, keepdim=True).detach()
-        else:
-            shift = self.key_shift()
-        feats = torch.exp(logits - shift) / math.sqrt(self.out_dim)
-        return feats.to(x.dtype)
+        with autocast_off(x):
+            xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
+            logits = xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+            if is_query:
+                shift = logits.amax(dim=-1, keepdim=True).detach()
+            else:
+                shift = self.key_shift().to(xs.dtype)
+            return torch.exp(logits - shift) / math.sqrt(self.out_dim)
 
 
 class TaylorFeatureMap(nn.Module):
@@ -150,7 +149,7 @@ class TaylorFeatureMap(nn.Module):
         self.out_dim = 1 + head_dim + head_dim**2
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        xs = x * self.head_dim**-0.25
+        xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
         outer = (xs.unsqueeze(-1) * xs.unsqueeze(-2)).flatten(-2) / math.sqrt(2)
         return torch.cat([torch.ones_like(xs[..., :1]), xs, outer], dim=-1)
 

@@ -1,7 +1,7 @@
 """How well each feature map approximates softmax: `python -m studies.kernel_approx [--quick]`.
 
-The notes' claim "higher feature dim improves approximation quality", measured. For queries
-and keys q, k (head dim d) and x' = x d^(-1/4), the exact softmax kernel is
+The claim that more features approximate softmax better (docs/background.md, eq. 6-7),
+measured. For queries and keys q, k (head dim d) and x' = x d^(-1/4), the exact softmax kernel is
 kappa(q, k) = exp(q^T k / sqrt(d)) = exp(q'^T k') (eq. 1). For each feature map phi:
 
 - kernel error: ||phi(Q) phi(K)^T - kappa(Q, K)||_F / ||kappa(Q, K)||_F over the causal pairs

@@ -1,6 +1,6 @@
 """The sharpness theorem, measured: `python -m studies.sharpness [--out DIR] [--quick]`.
 
-Notes, "Expressiveness Analysis" (eq. 12): softmax can make its attention arbitrarily close to
+docs/background.md, section 10 (eq. 12): softmax can make its attention arbitrarily close to
 one-hot by scaling the logits, linear attention cannot. Setup: T unit keys k_j (|k'| = 1,
 x' = x d^(-1/4)), a query pointing at key j*, q = beta k_j*, beta = 1/16 .. 1024. The
 weight on key j is

@@ -30,7 +30,8 @@ a uniform guess among the context's values minus those that stand right after an
 key (the answers shown by the teacher-forced layout; by chance only, in Zoology's).
 
 Failure: a model that cannot store n key-value bindings in its state (a fixed-size recurrent
-state once n grows, notes' pitfall 3) scores near 1/n on the queries it cannot recall.
+state once n grows: pitfall 3, docs/background.md) scores near 1/n (`in_context`) on the
+queries it cannot recall.
 """
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""The task API (DESIGN.md "Tasks"): a Task turns (params, seed) into token arrays and labels."""
+"""The task API (README "Extending"): a Task turns (params, seed) into token arrays and labels."""
 
 import inspect
 from typing import Any

@@ -1,4 +1,5 @@
-"""Shared fixtures: Hydra configs composed in-process, runs isolated in temp folders."""
+"""Shared fixtures and override lists: Hydra configs composed in-process (as `run.py` composes
+them), runs isolated in temp folders, the sizes of a test run, float64 for model tests."""
 
 import os
 import subprocess
@@ -7,24 +8,46 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
+
+from harness.config import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A recall task small enough that softmax solves it in ~200 steps on a 2-core CPU.
-SMALL_RECALL = [
-    "task=assoc_recall",
-    "task.vocab_size=32",
-    "task.seq_len=24",
-    "task.num_kv_pairs=4",
+# Quiet runs: no W&B, no progress bar.
+QUIET = ["logger=none", "trainer.enable_progress_bar=false"]
+
+# Small instances of every task that softmax solves within LEARN (~200-1000 steps on 2 cores).
+SMALL_TASKS = {
+    "assoc_recall": ["task.vocab_size=32", "task.seq_len=24", "task.num_kv_pairs=4"],
+    "copy": ["task.vocab_size=16", "task.seq_len=24", "task.copy_len=6"],
+    "needle": ["task.vocab_size=32", "task.seq_len=24", "task.num_distractors=1"],
+    "selective_copy": ["task.vocab_size=16", "task.seq_len=24", "task.num_tokens=4"],
+    "induction": ["task.vocab_size=16", "task.seq_len=24"],
+    "noisy_recall": [
+        "task.vocab_size=32",
+        "task.seq_len=32",
+        "task.num_kv_pairs=4",
+        "task.num_queries=4",
+        "task.noise_vocab_size=4",
+    ],
+}
+
+# The budget of a run that must learn: enough data and steps, early stopping ends it sooner.
+LEARN = [
     "data.num_train=20000",
     "data.num_val=500",
     "data.num_test=500",
-    "trainer.max_steps=1000",
-    "trainer.enable_progress_bar=false",
-    "logger=none",
+    "trainer.max_steps=1500",
+    *QUIET,
 ]
+
+# A recall task small enough that softmax solves it in ~200 steps, with the learning budget.
+SMALL_RECALL = ["task=assoc_recall", *SMALL_TASKS["assoc_recall"], *LEARN]
+
+# A run that only has to work, not learn: the `debug=smoke` preset (a few steps, tiny data,
+# logger off), one thread.
+SMOKE = ["debug=smoke", "threads=1"]
 
 
 @pytest.fixture
@@ -32,15 +55,23 @@ def make_cfg(tmp_path: Path):
     """compose(overrides) -> the run's config, writing into `tmp_path`."""
 
     def make(overrides: list[str]) -> DictConfig:
-        with initialize_config_dir(str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=overrides)
+        cfg = compose_config(overrides, output_dir=tmp_path / "run")
         with open_dict(cfg):
-            cfg.output_dir = str(tmp_path / "run")
             cfg.data.cache_dir = str(tmp_path / "cache")
             cfg.checkpoint.dir = str(tmp_path / "checkpoints")
         return cfg
 
     return make
+
+
+@pytest.fixture
+def float64_by_default():
+    """torch's default dtype is float64 inside the test only (a model test module opts in with
+    `pytestmark = pytest.mark.usefixtures("float64_by_default")`)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +80,14 @@ def default_dtype_is_restored():
     dtype = torch.get_default_dtype()
     yield
     assert torch.get_default_dtype() == dtype, "a test leaked torch.set_default_dtype"
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_are_restored():
+    """A run in-process may set torch's thread count (`threads=1`) only for its own test."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -1,9 +1,10 @@
-"""The mixer interface every registered sequence mixer implements (DESIGN.md "Mixers")."""
+"""The mixer interface every registered sequence mixer implements (README "Extending")."""
 
 import torch
 from torch import nn
 
 from common.checks import require, require_int
+from models.precision import wide_dtype
 
 
 class DenominatorCollapse(ArithmeticError):
@@ -49,6 +50,12 @@ class Mixer(nn.Module):
     def _tensor_kwargs(self) -> dict:
         param = next(self.parameters())
         return {"device": param.device, "dtype": param.dtype}
+
+    def _state_kwargs(self) -> dict:
+        """Recurrent states (sums over every step so far) are carried in float32 or wider,
+        also in a bf16 / fp16 model (`models.precision`)."""
+        param = next(self.parameters())
+        return {"device": param.device, "dtype": wide_dtype(param.dtype)}
 
 
 class MultiHeadMixer(Mixer):

@@ -10,6 +10,7 @@ from models.feature_maps import build_feature_map
 from models.kernels import check_mode, linear_attention
 from models.mixers.base import MultiHeadMixer, State
 from models.mixers.sliding_window import SlidingWindowAttention
+from models.precision import at_least_fp32, autocast_off
 
 
 @register("based")
@@ -49,30 +50,37 @@ class Based(MultiHeadMixer):
         return self.feature_map.out_dim
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """phi(q), phi(k): [B, H, T, D]; v: [B, H, T, head_dim]."""
+        """phi(q), phi(k): [B, H, T, D]; v: [B, H, T, head_dim]; in float32 or wider."""
         b, t, _ = x.shape
         qk = self.qk(x).view(b, t, 2, self.n_heads, self.key_dim).permute(2, 0, 3, 1, 4)
-        v = self.value(x).view(b, t, self.n_heads, self.head_dim)
-        return self.feature_map(qk[0]), self.feature_map(qk[1]), v.transpose(1, 2)
+        v = self.value(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        with autocast_off(x):
+            q, k, v = at_least_fp32(qk[0], qk[1], v)
+            return self.feature_map(q), self.feature_map(k), v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        o = linear_attention(*self.features(x), mode=self.mode, chunk_size=self.chunk_size)
-        return self.merge_heads(o) + self.window_attention(x)
+        """The linear branch in float32 (`models.precision`), the window branch as given."""
+        features = self.features(x)
+        with autocast_off(x):
+            o = linear_attention(*features, mode=self.mode, chunk_size=self.chunk_size)
+        return self.merge_heads(o.to(x.dtype)) + self.window_attention(x)
 
     def state_size(self, seq_len: int) -> int:
         linear = self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
         return linear + self.window_attention.state_size(seq_len)
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
+        kw = self._state_kwargs()
         S = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)
         z = torch.zeros(batch_size, self.n_heads, self.feature_dim, **kw)
         return (S, z, *self.window_attention.init_state(batch_size))
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         S, z, keys, values = state
-        o, (S, z) = linear_attention(
-            *self.features(x[:, None]), mode="recurrent", initial_state=(S, z), return_state=True
-        )
+        features = self.features(x[:, None])
+        with autocast_off(x):
+            o, (S, z) = linear_attention(
+                *features, mode="recurrent", initial_state=(S, z), return_state=True
+            )
         y_window, (keys, values) = self.window_attention.step(x, (keys, values))
-        return self.merge_heads(o)[:, 0] + y_window, (S, z, keys, values)
+        return self.merge_heads(o.to(x.dtype))[:, 0] + y_window, (S, z, keys, values)

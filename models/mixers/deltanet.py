@@ -7,6 +7,7 @@ from torch import nn
 from models import register
 from models.kernels import check_mode, delta_rule
 from models.mixers.base import MultiHeadMixer, State
+from models.precision import at_least_fp32, autocast_off
 
 
 @register("deltanet")
@@ -17,7 +18,9 @@ class DeltaNet(MultiHeadMixer):
 
     S_{t-1}^T k_t is what the memory returns for k_t; the update moves it towards v_t by
     beta_t, so writing a key again replaces its value (beta = 1: exactly) instead of summing
-    values as eq. 8 does. Chunked (WY) form for training. State: H * head_dim^2 floats."""
+    values as eq. 8 does. Chunked (WY) form for training. State: H * head_dim^2 floats.
+    Normalisation, beta and the delta rule run in float32 (`models.precision`; the chunk
+    form's triangular solve has no bf16 kernel on CPU)."""
 
     def __init__(
         self, d_model: int, n_heads: int = 2, mode: str = "chunk", chunk_size: int = 64
@@ -28,27 +31,31 @@ class DeltaNet(MultiHeadMixer):
         self.beta = nn.Linear(d_model, n_heads)
 
     def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """q, k (unit norm per head), v: [B, H, T, head_dim]; beta: [B, H, T] in (0, 1)."""
+        """q, k (unit norm per head), v: [B, H, T, head_dim]; beta: [B, H, T] in (0, 1); all
+        in float32 or wider."""
         q, k, v = self.split_heads(x)
-        beta = torch.sigmoid(self.beta(x)).transpose(1, 2)
-        return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, beta
+        beta_logit = self.beta(x).transpose(1, 2)
+        with autocast_off(x):
+            q, k, v, beta_logit = at_least_fp32(q, k, v, beta_logit)
+            return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(beta_logit)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        o = delta_rule(*self.projections(x), mode=self.mode, chunk_size=self.chunk_size)
-        return self.merge_heads(o)
+        projections = self.projections(x)
+        with autocast_off(x):
+            o = delta_rule(*projections, mode=self.mode, chunk_size=self.chunk_size)
+        return self.merge_heads(o.to(x.dtype))
 
     def state_size(self, seq_len: int) -> int:
         return self.n_heads * self.head_dim * self.head_dim
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
+        kw = self._state_kwargs()
         return (torch.zeros(batch_size, self.n_heads, self.head_dim, self.head_dim, **kw),)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        o, S = delta_rule(
-            *self.projections(x[:, None]),
-            mode="recurrent",
-            initial_state=state[0],
-            return_state=True,
-        )
-        return self.merge_heads(o)[:, 0], (S,)
+        projections = self.projections(x[:, None])
+        with autocast_off(x):
+            o, S = delta_rule(
+                *projections, mode="recurrent", initial_state=state[0], return_state=True
+            )
+        return self.merge_heads(o.to(x.dtype))[:, 0], (S,)

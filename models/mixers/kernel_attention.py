@@ -13,6 +13,7 @@ from models import register
 from models.feature_maps import build_feature_map
 from models.kernels import check_mode, linear_attention
 from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State
+from models.precision import at_least_fp32, autocast_off
 
 SIGNED_FEATURE_MAPS = ("rff", "identity")
 
@@ -68,8 +69,11 @@ class KernelAttention(MultiHeadMixer):
         return self.feature_map.out_dim
 
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """phi(q), phi(k), v in float32 or wider (`models.precision`)."""
         q, k, v = self.split_heads(x)
-        return self.feature_map(q, is_query=True), self.feature_map(k), v
+        with autocast_off(x):
+            q, k, v = at_least_fp32(q, k, v)
+            return self.feature_map(q, is_query=True), self.feature_map(k), v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and self.redraw_every > 0:
@@ -77,18 +81,19 @@ class KernelAttention(MultiHeadMixer):
             if int(self.train_calls) % self.redraw_every == 0:
                 self.feature_map.redraw(int(self.train_calls) // self.redraw_every)
         q, k, v = self.features(x)
-        o = linear_attention(
-            q,
-            k,
-            v,
-            normalize=self.normalize,
-            mode=self.mode,
-            chunk_size=self.chunk_size,
-            eps=self.eps,
-        )
-        if self.watch_denominator:
-            self.check_denominator(q, k)
-        return self.merge_heads(o)
+        with autocast_off(x):
+            o = linear_attention(
+                q,
+                k,
+                v,
+                normalize=self.normalize,
+                mode=self.mode,
+                chunk_size=self.chunk_size,
+                eps=self.eps,
+            )
+            if self.watch_denominator:
+                self.check_denominator(q, k)
+        return self.merge_heads(o.to(x.dtype))
 
     @torch.no_grad()
     def check_denominator(self, q: torch.Tensor, k: torch.Tensor) -> None:
@@ -111,20 +116,22 @@ class KernelAttention(MultiHeadMixer):
         return self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
+        kw = self._state_kwargs()
         s = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)
         return s, torch.zeros(batch_size, self.n_heads, self.feature_dim, **kw)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        o, new_state = linear_attention(
-            *self.features(x[:, None]),
-            normalize=self.normalize,
-            mode="recurrent",
-            eps=self.eps,
-            initial_state=state,
-            return_state=True,
-        )
-        return self.merge_heads(o)[:, 0], new_state
+        features = self.features(x[:, None])
+        with autocast_off(x):
+            o, new_state = linear_attention(
+                *features,
+                normalize=self.normalize,
+                mode="recurrent",
+                eps=self.eps,
+                initial_state=state,
+                return_state=True,
+            )
+        return self.merge_heads(o.to(x.dtype))[:, 0], new_state
 
 
 @register("linear")

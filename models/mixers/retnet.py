@@ -1,6 +1,8 @@
 """RetNet's multi-scale retention (eq. 10): linear attention with phi = identity, no
 normaliser, and a per-head exponential decay gamma_h = 1 - 2^(-5-h)."""
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -8,6 +10,7 @@ from torch import nn
 from models import register
 from models.kernels import check_mode, linear_attention
 from models.mixers.base import MultiHeadMixer, State
+from models.precision import at_least_fp32, autocast_off, wide_dtype
 
 
 def retnet_gammas(n_heads: int) -> torch.Tensor:
@@ -25,7 +28,11 @@ class RetNet(MultiHeadMixer):
     with k scaled by head_dim^-1/2 and GroupNorm one group per head (normalising each head's
     output per token, which also removes the scale that the decay sums build up).
     No xPos rotation: the backbone's learned positions give order. State per layer:
-    H * head_dim^2 floats (S only; there is no normaliser z)."""
+    H * head_dim^2 floats (S only; there is no normaliser z).
+
+    Retention runs in float32 (`models.precision`) and `gammas` stays float32 when the module
+    is cast to bf16 / fp16: 1 - 2^-9 and beyond round to 1 in bf16 (1 - 2^-12 in fp16), which
+    would turn heads 4+ into undecayed linear attention."""
 
     def __init__(
         self, d_model: int, n_heads: int = 2, mode: str = "chunk", chunk_size: int = 64
@@ -42,15 +49,27 @@ class RetNet(MultiHeadMixer):
         q, k, v = self.split_heads(x)
         return q, k * self.head_dim**-0.5, v
 
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "RetNet":
+        """Module casts (`.half()`, `.to(torch.bfloat16)`) move `gammas` but keep it in
+        float32 or wider; everything else is cast as usual."""
+        gammas = self.gammas
+        super()._apply(fn, recurse)
+        self.gammas = gammas.to(self.gammas.device, wide_dtype(self.gammas.dtype))
+        return self
+
     def retention(self, x: torch.Tensor) -> torch.Tensor:
-        """o_t = q_t^T S_t per head (eq. 10), before norm and gate: [B, H, T, head_dim]."""
-        return linear_attention(
-            *self.projections(x),
-            decay=self.gammas,
-            normalize=False,
-            mode=self.mode,
-            chunk_size=self.chunk_size,
-        )
+        """o_t = q_t^T S_t per head (eq. 10), before norm and gate: [B, H, T, head_dim], in the
+        dtype of x (computed in float32 or wider)."""
+        q, k, v = self.projections(x)
+        with autocast_off(x):
+            o = linear_attention(
+                *at_least_fp32(q, k, v),
+                decay=self.gammas,
+                normalize=False,
+                mode=self.mode,
+                chunk_size=self.chunk_size,
+            )
+        return o.to(x.dtype)
 
     def output(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """W_o (swish(W_g x) * GroupNorm(o)); x [B, T, d_model], o [B, H, T, head_dim]."""
@@ -66,18 +85,20 @@ class RetNet(MultiHeadMixer):
         return self.n_heads * self.head_dim * self.head_dim
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
+        kw = self._state_kwargs()
         return (torch.zeros(batch_size, self.n_heads, self.head_dim, self.head_dim, **kw),)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         (S,) = state
         z = S.new_zeros(S.shape[:3])  # the kernel's normaliser slot; unused without normalize
-        o, (S, _) = linear_attention(
-            *self.projections(x[:, None]),
-            decay=self.gammas,
-            normalize=False,
-            mode="recurrent",
-            initial_state=(S, z),
-            return_state=True,
-        )
-        return self.output(x[:, None], o)[:, 0], (S,)
+        q, k, v = self.projections(x[:, None])
+        with autocast_off(x):
+            o, (S, _) = linear_attention(
+                *at_least_fp32(q, k, v),
+                decay=self.gammas,
+                normalize=False,
+                mode="recurrent",
+                initial_state=(S, z),
+                return_state=True,
+            )
+        return self.output(x[:, None], o.to(x.dtype))[:, 0], (S,)

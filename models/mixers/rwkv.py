@@ -8,6 +8,7 @@ from common.checks import require_int
 from models import register
 from models.kernels import check_mode, rwkv4_wkv
 from models.mixers.base import Mixer, State
+from models.precision import at_least_fp32, autocast_off
 
 
 def token_shift(x: torch.Tensor) -> torch.Tensor:
@@ -75,17 +76,22 @@ class RWKV(Mixer):
     def wkv(
         self, k: torch.Tensor, v: torch.Tensor, mode: str, state: State | None = None
     ) -> tuple[torch.Tensor, State]:
-        """eq. 11 per channel with w = exp(time_decay), u = time_first; k, v [B, T, C]."""
-        return rwkv4_wkv(
-            self.time_decay.exp(),
-            self.time_first,
-            k,
-            v,
-            mode=mode,
-            chunk_size=self.chunk_size,
-            initial_state=state,
-            return_state=True,
-        )
+        """eq. 11 per channel with w = exp(time_decay), u = time_first; k, v [B, T, C].
+        Computed in float32 or wider (`models.precision`), as is the returned state; the
+        output comes back in the dtype of v."""
+        with autocast_off(k):
+            time_decay, u, k32, v32 = at_least_fp32(self.time_decay, self.time_first, k, v)
+            wkv, state = rwkv4_wkv(
+                time_decay.exp(),
+                u,
+                k32,
+                v32,
+                mode=mode,
+                chunk_size=self.chunk_size,
+                initial_state=state,
+                return_state=True,
+            )
+        return wkv.to(v.dtype), state
 
     def channel_mix(self, h: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
         k = torch.relu(self.ckey(mix(h, prev, self.cmu_k))).square()
@@ -102,10 +108,11 @@ class RWKV(Mixer):
         return 5 * self.d_model
 
     def init_state(self, batch_size: int) -> State:
-        kw = self._tensor_kwargs()
-        zeros = torch.zeros(batch_size, self.d_model, **kw)
-        max_exponent = torch.full((batch_size, self.d_model), float("-inf"), **kw)
-        return zeros, zeros.clone(), zeros.clone(), max_exponent, zeros.clone()
+        """(x_{t-1}, num, den, max, h'_{t-1}); wkv's (num, den, max) in float32 or wider."""
+        inputs = torch.zeros(batch_size, self.d_model, **self._tensor_kwargs())
+        sums = torch.zeros(batch_size, self.d_model, **self._state_kwargs())
+        max_exponent = torch.full_like(sums, float("-inf"))
+        return inputs, sums, sums.clone(), max_exponent, inputs.clone()
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         x_prev, num, den, max_exponent, h_prev = state

@@ -9,20 +9,9 @@ import pytest
 
 from harness.report import report
 from harness.results import read_summary
-from tests.conftest import run_cli
+from tests.conftest import SMOKE, run_cli
 
-TINY = [
-    "logger=none",
-    "task.vocab_size=32",
-    "task.num_kv_pairs=4",
-    "data.num_train=512",
-    "data.num_val=64",
-    "data.num_test=64",
-    "trainer.max_steps=4",
-    "trainer.val_check_interval=2",
-    "trainer.enable_progress_bar=false",
-    "threads=1",
-]
+TINY = [*SMOKE, "task.vocab_size=32", "task.num_kv_pairs=4"]
 
 
 def multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -1,5 +1,6 @@
 """Every fast mode of every kernel against its recurrent form (the specification), in float64,
-on lengths that are not multiples of the chunk size; state hand-over; the notes' exercises."""
+on lengths that are not multiples of the chunk size; state hand-over; exercises 1, 2 and 4
+of docs/background.md."""
 
 import math
 

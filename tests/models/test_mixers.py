@@ -6,16 +6,9 @@ import torch
 from models import MIXERS, build_mixer
 from models.backbone import LanguageModel
 
+pytestmark = pytest.mark.usefixtures("float64_by_default")
+
 D_MODEL = 16
-
-
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    """float64 inside this module's tests only (collection must not change other modules)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
 
 
 def recurrent_modes(name: str) -> list[str]:

@@ -13,15 +13,7 @@ from models.kernels import MODES, linear_attention, linear_attention_cumsum
 from models.mixers.base import DenominatorCollapse
 from models.mixers.rwkv import token_shift
 
-
-@pytest.fixture(autouse=True)
-def float64_by_default():
-    """float64 inside this module's tests only (collection must not change other modules)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
-
+pytestmark = pytest.mark.usefixtures("float64_by_default")
 
 D_MODEL = 16
 ZOO = ("identity", "rff", "retnet", "rwkv", "based", "deltanet", "sliding_window")

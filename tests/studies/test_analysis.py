@@ -1,4 +1,5 @@
-"""The approximation study and the sharpness probe reproduce the notes' claims."""
+"""The approximation study and the sharpness probe reproduce the claims of docs/background.md
+(eq. 6-7, eq. 12)."""
 
 from pathlib import Path
 

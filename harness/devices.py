@@ -1,0 +1,147 @@
+"""Refuse a device request this machine cannot meet, before anything is built: a GPU where
+there is none, more processes than devices (or CPU cores), fp16 autocast on a CPU, or a
+data-parallel setting the data module cannot split. Each refusal is one `ValueError` naming
+the full key, the value and what is allowed (run.py prints it and exits 2)."""
+
+import os
+from typing import Any
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from omegaconf import DictConfig, ListConfig
+
+from common.checks import require, require_choice
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+DATA_PARALLEL = ("auto", "ddp")
+"""Strategies whose processes run this very run (Lightning relaunches the command, or
+SLURM starts one task per device); `ddp_spawn`/`ddp_fork` would keep the record's metrics
+in child processes."""
+FP16 = ("16-mixed", "16", 16, "16-true")
+
+
+def cpu_cores() -> int:
+    """Cores this process may run on (a SLURM or container limit included)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def resolved_accelerator(name: str) -> str:
+    """`auto` resolved as Lightning does (CUDA, then Apple MPS, then CPU); `gpu` = `cuda`."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if torch.backends.mps.is_available() else "cpu"
+    return "cuda" if name == "gpu" else name
+
+
+def available(accelerator: str) -> int:
+    """Devices of that kind on this machine; for CPU the cores (one process per core)."""
+    if accelerator == "cuda":
+        return torch.cuda.device_count()
+    if accelerator == "mps":
+        return int(torch.backends.mps.is_available())
+    return cpu_cores()
+
+
+def requested(devices: Any, accelerator: str, have: int) -> int | None:
+    """How many devices `trainer.devices` asks for (None: not a form Lightning accepts
+    here): an int >= 1, -1 or "auto" (every one; "auto" is 1 on CPU), or GPU indices."""
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        devices = int(devices)
+    if isinstance(devices, bool):
+        return None
+    if isinstance(devices, int):
+        if devices == -1 and accelerator != "cpu":
+            return have
+        return devices if devices >= 1 else None
+    if devices == "auto":
+        return 1 if accelerator == "cpu" else have
+    if isinstance(devices, list | tuple | ListConfig) and accelerator == "cuda":
+        indices = list(devices)
+        ok = all(isinstance(i, int) and 0 <= i < have for i in indices) and indices
+        return len(set(indices)) if ok else None
+    return None
+
+
+def in_local_multirun() -> bool:
+    """A Hydra sweep whose jobs SLURM did not start (DDP would relaunch the whole sweep)."""
+    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    return multirun and not SLURMEnvironment.detect()
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """Raise `ValueError` for a `trainer` device request this machine cannot meet."""
+    trainer = cfg.trainer
+    require_choice("trainer.accelerator", trainer.accelerator, ACCELERATORS)
+    accelerator = resolved_accelerator(trainer.accelerator)
+    have = available(accelerator)
+    if accelerator == "cuda":
+        require(
+            have > 0,
+            "trainer.accelerator",
+            trainer.accelerator,
+            "cpu or auto: this machine has no CUDA GPU (torch.cuda.is_available() is "
+            "False); trainer=gpu and trainer=ddp ask for one",
+        )
+    if accelerator == "mps":
+        require(have > 0, "trainer.accelerator", "mps", "cpu or auto: MPS is not available")
+    unit = "CPU cores (one process each)" if accelerator == "cpu" else f"{accelerator} devices"
+    count = requested(trainer.devices, accelerator, have)
+    allowed = f"an integer in [1, {have}]: this machine has {have} {unit}"
+    if accelerator != "cpu":
+        allowed += ", or -1 for all of them"
+    require(count is not None and count <= have, "trainer.devices", trainer.devices, allowed)
+    precision = trainer.get("precision", "32-true")
+    if accelerator == "cpu":
+        require(
+            precision not in FP16,
+            "trainer.precision",
+            precision,
+            "32-true, bf16-mixed or bf16-true on CPU (fp16 needs a GPU)",
+        )
+    if accelerator == "cuda" and str(precision).startswith("bf16"):
+        require(
+            torch.cuda.is_bf16_supported(),
+            "trainer.precision",
+            precision,
+            "32-true or 16-mixed: this GPU has no bf16 support",
+        )
+    world_size = count * int(trainer.get("num_nodes", 1))
+    if world_size > 1:
+        check_data_parallel(cfg, world_size)
+
+
+def check_data_parallel(cfg: DictConfig, world_size: int) -> None:
+    """What the data module's sharding (harness.data) and the record need from a run of
+    `world_size` processes."""
+    strategy = cfg.trainer.get("strategy", "auto")
+    require(
+        strategy in DATA_PARALLEL,
+        "trainer.strategy",
+        strategy,
+        f"ddp (or auto) with {world_size} processes",
+    )
+    require(
+        not in_local_multirun(),
+        "trainer.devices",
+        cfg.trainer.devices,
+        "1 in a local multirun (Lightning's DDP relaunches the command line, which would "
+        "start the whole sweep again): run each config alone, or sweep on SLURM with "
+        "hydra.launcher.tasks_per_node = trainer.devices",
+    )
+    batch = cfg.data.batch_size
+    require(
+        batch % world_size == 0,
+        "data.batch_size",
+        batch,
+        f"a multiple of the {world_size} processes (it is the global batch, split evenly)",
+    )
+    for key in ("num_val", "num_test"):
+        require(
+            cfg.data[key] >= world_size,
+            f"data.{key}",
+            cfg.data[key],
+            f">= {world_size}, one example per process",
+        )

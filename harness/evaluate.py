@@ -1,0 +1,202 @@
+"""Re-test a finished run's kept weights at other lengths or task settings:
+
+    python -m harness.evaluate <run dir> task.seq_len=128 [key=value ...] [--out DIR]
+
+The run must have been trained with `checkpoint.keep=true` (its folder holds `model.pt` beside
+`results.json`). The run's own config, with the overrides applied, builds the task, the test
+sets and the model; the kept weights replace the model's. Only the test side may change:
+`task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `data.cache_dir`,
+`threads` and `trainer.precision`; the test runs as one process on this machine's best
+accelerator, whatever devices the run trained on. Without overrides the run's own test set
+is rebuilt and its test metrics are reproduced exactly.
+
+Writes its own record, `<run dir>/eval/<config_hash>/results.json` (or `--out`): the schema
+of a run's record with `train: null` and `evaluated: {run_dir, overrides, trained_seq_len}`.
+Bad input is refused with one line and exit code 2.
+"""
+
+import argparse
+import copy
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import lightning as L
+import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+from common.checks import require
+from harness.build import BadInput, Parts, build
+from harness.checkpoint import WEIGHTS, kept_weights
+from harness.results import config_hash, new_record, write_record
+from harness.train import baseline_metrics, describe, job_threads
+from models.backbone import LanguageModel
+
+CHANGEABLE = (
+    "data.num_test",
+    "data.batch_size",
+    "data.seed",
+    "data.cache_dir",
+    "threads",
+    "trainer.precision",
+)
+"""Keys an evaluation may change besides `task.*`: what is tested, never what was trained."""
+ONE_LOCAL_DEVICE = {"accelerator": "auto", "devices": 1}
+"""An evaluation is one process on this machine, whatever devices the run trained on."""
+
+
+def on_one_local_device(cfg: DictConfig) -> None:
+    """Point `cfg.trainer` at one process on this machine (a `strategy` becomes `auto`)."""
+    cfg.trainer.update(ONE_LOCAL_DEVICE)
+    if "strategy" in cfg.trainer:
+        cfg.trainer.strategy = "auto"
+
+
+def check_key(key: str) -> None:
+    ok = (key.startswith("task.") and key != "task.name") or key in CHANGEABLE
+    if not ok:
+        raise BadInput(
+            f"{key} cannot change when re-testing kept weights: allowed are task.* "
+            f"(except task.name), {', '.join(CHANGEABLE)}"
+        )
+
+
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The run's config with command-line style `key=value` overrides of the test side."""
+    parser, cfg = OverridesParser.create(), copy.deepcopy(cfg)
+    for line in overrides:
+        try:
+            (override,) = parser.parse_overrides([line])
+        except HydraException as error:
+            why = [x for x in str(error).splitlines() if not x.startswith(("Error", "See"))]
+            why = why or ["see Hydra's override grammar"]
+            raise BadInput(f"{line!r} is not a key=value override ({why[0]})") from error
+        check_key(override.key_or_group)
+        if override.is_delete():
+            raise BadInput(f"{line}: a key cannot be deleted, only given a value")
+        if override.is_sweep_override():
+            raise BadInput(f"{line}: one value per key (several lengths: task.eval_seq_lens=[a,b])")
+        OmegaConf.update(cfg, override.key_or_group, override.value(), force_add=True)
+    return cfg
+
+
+def load_run(run_dir: str | Path) -> tuple[dict, DictConfig, dict[str, torch.Tensor]]:
+    """A finished run's record, its resolved config and its kept weights."""
+    run_dir = Path(run_dir)
+    path = run_dir / "results.json"
+    require(path.is_file(), "run_dir", str(run_dir), "a run's folder (it has no results.json)")
+    weights_path = run_dir / WEIGHTS
+    require(
+        weights_path.is_file(),
+        "run_dir",
+        str(run_dir),
+        f"a run that kept its weights ({WEIGHTS}): train it with checkpoint.keep=true",
+    )
+    record = OmegaConf.to_container(OmegaConf.load(path))
+    return record, OmegaConf.create(record["config"]), kept_weights(run_dir)
+
+
+def load_model(run_dir: str | Path) -> LanguageModel:
+    """The trained language model of a run that kept its weights, in eval mode (to probe it:
+    `model(tokens)` gives logits, `model.step` generates)."""
+    _, cfg, weights = load_run(run_dir)
+    parts = build(cfg)
+    parts.model.load_state_dict(weights)
+    return parts.model.eval()
+
+
+def load_weights(parts: Parts, weights: dict[str, torch.Tensor]) -> None:
+    """The kept weights into the built model. Learned positions: the trained table, cut to the
+    length built (refused past the trained length)."""
+    table = weights.get("positions.weight")
+    if table is not None:
+        for seq_len in parts.data.test_seq_lens:
+            require(
+                seq_len <= len(table),
+                "task.seq_len",
+                seq_len,
+                f"<= {len(table)}, the trained length, with backbone.pos_emb=learned",
+            )
+        weights = {**weights, "positions.weight": table[: parts.model.max_seq_len]}
+    vocab = len(weights["embed.weight"])
+    require(
+        parts.task.vocab_size == vocab,
+        "task.vocab_size",
+        parts.task.vocab_size,
+        f"{vocab}, the trained model's vocabulary",
+    )
+    parts.model.load_state_dict(weights)
+
+
+def quiet_trainer(cfg: DictConfig, out_dir: Path) -> L.Trainer:
+    """A quiet one-device Trainer with the run's accelerator and precision."""
+    return L.Trainer(
+        accelerator=cfg.trainer.get("accelerator", "auto"),
+        devices=1,
+        precision=cfg.trainer.get("precision", "32-true"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=out_dir,
+    )
+
+
+def evaluate(
+    run_dir: str | Path, overrides: Sequence[str] = (), out_dir: str | Path | None = None
+) -> dict:
+    """Test the kept weights of `run_dir` under `overrides`; returns and writes the record.
+    Raises `BadInput` (before any test) for a bad override or a run without kept weights."""
+    try:
+        trained, cfg, weights = load_run(run_dir)
+        cfg = apply_overrides(cfg, overrides)
+        on_one_local_device(cfg)
+        parts = build(cfg)
+        load_weights(parts, weights)
+    except BadInput:
+        raise
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+    digest = config_hash(cfg)
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "eval" / digest
+    if job_threads(cfg):
+        torch.set_num_threads(job_threads(cfg))
+    record = new_record(cfg, digest, out)
+    describe(record, cfg, parts)
+    record["weights"] = str(Path(run_dir) / WEIGHTS)
+    record["evaluated"] = {
+        "run_dir": str(run_dir),
+        "overrides": list(overrides),
+        "trained_seq_len": trained["seq_len"],
+    }
+    parts.data.setup("test")
+    quiet_trainer(cfg, out).test(parts.module, parts.data.test_dataloader(), verbose=False)
+    record["metrics"].update(parts.module.test_results)
+    record["metrics"].update(baseline_metrics(parts))
+    record["status"] = "ok"
+    write_record(out, record)
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.evaluate", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("run_dir", help="a run's folder, trained with checkpoint.keep=true")
+    parser.add_argument("overrides", nargs="*", help="key=value, e.g. task.seq_len=128")
+    parser.add_argument("--out", help="where to write (default <run dir>/eval/<config hash>)")
+    args = parser.parse_args(argv)
+    try:
+        record = evaluate(args.run_dir, args.overrides, args.out)
+    except BadInput as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    acc = record["metrics"].get("test/acc")
+    print(f"test/acc={acc} at seq_len={record['seq_len']} -> {record['run_dir']}/results.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,10 +12,11 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from common.checks import is_int, is_real, require, require_int
+from common.checks import is_int, is_real, require, require_choice, require_int
 from harness.data import TaskDataModule
 from harness.devices import check_devices
 from harness.module import RecallModule
+from harness.optim import DECAY_CHOICES, SCHEDULES
 from harness.results import params_of
 from models import MIXERS
 from models.backbone import LanguageModel
@@ -85,8 +86,48 @@ def check_run_settings(cfg: DictConfig) -> None:
     for key in numeric_defaults():
         value = OmegaConf.select(cfg, key, default=None)
         require(value is None or is_real(value), key, value, "a number")
-    require(cfg.optim.lr > 0, "optim.lr", cfg.optim.lr, "> 0")
-    require(cfg.optim.weight_decay >= 0, "optim.weight_decay", cfg.optim.weight_decay, ">= 0")
+    optim = cfg.optim
+    require(is_real(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
+    require(
+        is_real(optim.weight_decay) and optim.weight_decay >= 0,
+        "optim.weight_decay",
+        optim.weight_decay,
+        ">= 0",
+    )
+    require_choice("optim.decay", optim.decay, DECAY_CHOICES)
+    require_choice("optim.schedule", optim.schedule, SCHEDULES)
+    require(
+        is_real(optim.warmup_fraction) and 0 <= optim.warmup_fraction <= 1,
+        "optim.warmup_fraction",
+        optim.warmup_fraction,
+        "a fraction of trainer.max_steps in [0, 1]",
+    )
+    require(
+        is_real(optim.min_lr_ratio) and 0 <= optim.min_lr_ratio <= 1,
+        "optim.min_lr_ratio",
+        optim.min_lr_ratio,
+        "in [0, 1]",
+    )
+    require(
+        optim.grad_clip is None or (is_real(optim.grad_clip) and optim.grad_clip > 0),
+        "optim.grad_clip",
+        optim.grad_clip,
+        "null (no clipping) or > 0",
+    )
+    require(
+        cfg.trainer.get("gradient_clip_val") is None,
+        "trainer.gradient_clip_val",
+        cfg.trainer.get("gradient_clip_val"),
+        "unset: the clip value lives in optim.grad_clip",
+    )
+    require_int("plateau.patience", cfg.plateau.patience, 1)
+    require(
+        is_real(cfg.plateau.min_delta) and cfg.plateau.min_delta >= 0,
+        "plateau.min_delta",
+        cfg.plateau.min_delta,
+        ">= 0",
+    )
+    require(isinstance(cfg.plateau.stop, bool), "plateau.stop", cfg.plateau.stop, "true or false")
     early = cfg.get("early_stop_acc")
     never = "null (never stop on accuracy) or a number in (0, 1]"
     require(early is None or (is_real(early) and 0 < early <= 1), "early_stop_acc", early, never)
@@ -199,5 +240,14 @@ def build(cfg: DictConfig) -> Parts:
         raise BadInput(f"task.eval_seq_lens={eval_seq_lens}: {error}") from error
     if cfg.get("compile", False):
         model.compile()  # in place: the same module, state_dict keys and checkpoints
-    module = RecallModule(model, cfg.optim.lr, cfg.optim.weight_decay, data.test_seq_lens)
+    module = RecallModule(
+        model,
+        cfg.optim.lr,
+        cfg.optim.weight_decay,
+        data.test_seq_lens,
+        decay=cfg.optim.decay,
+        schedule=cfg.optim.schedule,
+        warmup_fraction=cfg.optim.warmup_fraction,
+        min_lr_ratio=cfg.optim.min_lr_ratio,
+    )
     return Parts(task, model, data, module)

@@ -31,7 +31,7 @@ from common.checks import require
 from harness.build import BadInput, Parts, build
 from harness.checkpoint import WEIGHTS, kept_weights
 from harness.results import config_hash, new_record, write_record
-from harness.train import describe, job_threads
+from harness.train import baseline_metrics, describe, job_threads
 from models.backbone import LanguageModel
 
 CHANGEABLE = (
@@ -174,6 +174,7 @@ def evaluate(
     parts.data.setup("test")
     quiet_trainer(cfg, out).test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
+    record["metrics"].update(baseline_metrics(parts))
     record["status"] = "ok"
     write_record(out, record)
     return record

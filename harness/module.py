@@ -6,6 +6,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from harness.metrics import RecallAccuracy
+from harness.optim import param_groups, warmup_cosine
 from models.backbone import LanguageModel
 from models.mixers.base import DenominatorCollapse
 from tasks import IGNORE
@@ -16,7 +17,11 @@ class Diverged(RuntimeError):
 
 
 class RecallModule(L.LightningModule):
-    """Trains `model` with AdamW on cross-entropy over positions whose label is not -100.
+    """Trains `model` on cross-entropy over positions whose label is not -100, with AdamW
+    (weight decay on `decay` parameters: `harness.optim.param_groups`) and a per-step learning
+    rate: linear warm-up over `warmup_fraction` of the trainer's `max_steps`, then `schedule`
+    (cosine decay to `min_lr_ratio * lr`, or constant; `harness.optim.lr_factor`). Gradient
+    clipping is the trainer's (`gradient_clip_val`, set from `optim.grad_clip`).
 
     Validation logs `val/acc`, `val/seq_acc`; test computes, per test length, `acc`,
     `seq_acc` and sliced accuracies into `self.test_results` (the first length is the
@@ -28,9 +33,15 @@ class RecallModule(L.LightningModule):
         lr: float,
         weight_decay: float,
         test_seq_lens: list[int],
+        decay: str = "matrices",
+        schedule: str = "cosine",
+        warmup_fraction: float = 0.05,
+        min_lr_ratio: float = 0.1,
     ) -> None:
         super().__init__()
         self.model, self.lr, self.weight_decay = model, lr, weight_decay
+        self.decay, self.schedule = decay, schedule
+        self.warmup_fraction, self.min_lr_ratio = warmup_fraction, min_lr_ratio
         self.test_seq_lens = test_seq_lens
         self.test_results: dict[str, float] = {}
         self.val_results: dict[str, float] = {}
@@ -95,5 +106,14 @@ class RecallModule(L.LightningModule):
             merged.merge(counts)
         return merged
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.AdamW(
+            param_groups(self.model, self.weight_decay, self.decay), lr=self.lr
+        )
+        total = max(1, int(self.trainer.max_steps))  # -1 (no step budget): warm-up only
+        warmup = round(self.warmup_fraction * total)
+        scheduler = warmup_cosine(optimizer, total, warmup, self.min_lr_ratio, self.schedule)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

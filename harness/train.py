@@ -12,7 +12,6 @@ import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -20,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.build import BadInput, Parts, build, resolved_model_params
 from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
 from harness.console import interrupted, job_line, quiet, show_progress_bar
+from harness.convergence import ConvergenceStop
 from harness.module import Diverged
 from harness.results import (
     append_summary,
@@ -188,53 +188,74 @@ def job_number() -> int | None:
 
 
 def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None) -> L.Trainer:
-    """Lightning's Trainer with early stopping at `early_stop_acc` and kill-safe checkpoints."""
+    """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
+    stopping at `early_stop_acc` or on a `plateau`, and kill-safe checkpoints."""
     return L.Trainer(
         **{
             **cfg.trainer,
             "enable_progress_bar": show_progress_bar(cfg.trainer.enable_progress_bar),
         },
+        gradient_clip_val=cfg.optim.grad_clip,
+        gradient_clip_algorithm="norm",
         logger=logger if logger is not None else False,
         default_root_dir=job.run_dir,
         enable_checkpointing=False,
         callbacks=[
-            EarlyStopping(
-                "val/acc",
-                mode="max",
-                patience=10**9,
-                stopping_threshold=cfg.early_stop_acc,
-                check_on_train_epoch_end=False,
+            ConvergenceStop(
+                cfg.early_stop_acc,
+                cfg.plateau.patience,
+                cfg.plateau.min_delta,
+                cfg.plateau.stop,
             ),
-            SaveLast(job.checkpoint),
+            SaveLast(job.checkpoint),  # after ConvergenceStop: the saved curve is up to date
         ],
     )
 
 
 def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dict) -> None:
-    """Train (resuming from the job's checkpoint if a killed run left one); the record's
-    `train` block and validation metrics are written even when training raises."""
+    """Train (resuming from the job's checkpoint if a killed run left one), then validate the
+    final weights unless the last validation already saw them, so that `val/*` and `test/*`
+    come from the same weights. The record's `train` block (with the validation curve and
+    the convergence verdict) and validation metrics are written even when training raises."""
     resume_path, resumed_at = resumable(job.checkpoint)
-    start = time.perf_counter()
+    watch = next(c for c in trainer.callbacks if isinstance(c, ConvergenceStop))
+    start, wall, finished = time.perf_counter(), None, False
     try:
         trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
-    finally:
         wall = time.perf_counter() - start
+        if not watch.curve or watch.curve[-1][0] != trainer.global_step:
+            trainer.validate(parts.module, datamodule=parts.data, verbose=False)
+        finished = True
+    finally:
+        wall = wall if wall is not None else time.perf_counter() - start
         steps = trainer.global_step
         tokens = (steps - resumed_at) * cfg.data.batch_size * parts.task.seq_len
+        stopped_by = watch.stopped or ("max_steps" if steps >= cfg.trainer.max_steps else None)
         record["train"] = {
             "steps": steps,
             "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
             "wall_s": round(wall, 3),
             "tokens_per_s": round(tokens / wall, 1),
             "resumed_from_step": resumed_at,
+            "val_curve": [[int(step), round(acc, 6)] for step, acc in watch.curve],
+            "converged": finished and watch.verdict(),
+            "stopped_by": stopped_by if finished else None,
         }
         record["metrics"].update(parts.module.val_results)
 
 
 def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
-    """Test at every test length with the trainer that fitted the model."""
+    """Test at every test length with the trainer that fitted the model; beside the model's
+    accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`)."""
     trainer.test(parts.module, datamodule=parts.data, verbose=False)
     record["metrics"].update(parts.module.test_results)
+    record["metrics"].update(baseline_metrics(parts))
+
+
+def baseline_metrics(parts: Parts) -> dict[str, float]:
+    """`Task.baselines` on the test set at the training length."""
+    arrays = {name: column.numpy() for name, column in parts.data.test_sets[0].columns.items()}
+    return {f"test/baseline/{name}": value for name, value in parts.task.baselines(arrays).items()}
 
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:

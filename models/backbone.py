@@ -76,8 +76,10 @@ class Block(nn.Module):
 class LanguageModel(nn.Module):
     """Token embedding (+ learned positions) -> `n_layers` blocks -> final norm -> LM head.
 
-    `pos_emb="learned"` cannot run past `max_seq_len`; `"none"` relies on the mixer (and
-    the short convolution) for order and runs at any length."""
+    `short_conv` (default 4, as Zoology and Based) is the kernel size of the causal
+    convolution before every mixer, softmax included, so that every mixer gets the same
+    previous-token features; 0 = none. `pos_emb="learned"` cannot run past `max_seq_len`;
+    `"none"` relies on the mixer (and the short convolution) for order and runs at any length."""
 
     def __init__(
         self,
@@ -88,7 +90,7 @@ class LanguageModel(nn.Module):
         d_model: int = 64,
         n_layers: int = 2,
         pos_emb: str = "learned",
-        short_conv: int = 0,
+        short_conv: int = 4,
         mlp_ratio: int = 4,
     ) -> None:
         super().__init__()

@@ -7,9 +7,14 @@ Layout of one example (n = num_kv_pairs, T = seq_len, V = vocab_size):
 
 - keys are n distinct tokens of [1, V//2), values n distinct tokens of [V//2, V); token 0 is
   never emitted;
-- each key is queried exactly once, in its own slot, which then holds `key value` (the value
-  is teacher-forced into the input); the label at the query key's position is the value paired
-  with that key in the context, every other label is -100;
+- each key is queried exactly once, in its own slot; the label at the query key's position is
+  the value paired with that key in the context, every other label is -100;
+- `layout="zoology"` (the default, Zoology's): the token after a query key is filler, so the
+  answer appears nowhere after the context; `layout="teacher_forced"`: the slot holds
+  `key value`, the answer written into the input right after the query. That layout has a
+  binding-free shortcut, elimination: the values already shown by earlier queries cannot be
+  the answer, so guessing among the values not yet shown scores H_n / n on average
+  (H_n = 1 + 1/2 + ... + 1/n: 0.34 at n = 8, 0.52 at n = 4) without binding a single key;
 - slots are drawn without replacement with p(slot i) proportional to i^(power_a - 1),
   i = 1 .. num_slots counted from the end of the context (short gaps are likely);
 - every other position is filler: uniform over [1, V) minus this example's keys, so filler
@@ -19,28 +24,37 @@ Slices: `query_index` [N, T], at a query position the index of the queried pair 
 (0 = the first pair written, furthest back), -1 elsewhere; `query_order` [N, T], the rank of
 the query among the example's queries in time (0 = first), -1 elsewhere.
 
+Binding-free baselines (`baselines`): `chance` 1 / (V - V//2), a uniform guess among the
+value tokens; `in_context` 1 / n, a uniform guess among the context's n values; `elimination`,
+a uniform guess among the context's values minus those that stand right after an earlier query
+key (the answers shown by the teacher-forced layout; by chance only, in Zoology's).
+
 Failure: a model that cannot store n key-value bindings in its state (a fixed-size recurrent
-state once n grows: pitfall 3, docs/background.md) scores near 1/(V/2) on the queries it
-cannot recall.
+state once n grows: pitfall 3, docs/background.md) scores near 1/n (`in_context`) on the
+queries it cannot recall.
 """
 
 import numpy as np
 
-from common.checks import is_real, require, require_int
+from common.checks import is_real, require, require_choice, require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import IGNORE, Task, require_int_given, token_sets
 from tasks.sampling import (
+    BITMAP_BUDGET,
+    row_chunks,
     sample_distinct,
     sample_excluding,
     sample_weighted_distinct,
 )
+
+LAYOUTS = ("zoology", "teacher_forced")
 
 
 @register("assoc_recall")
 class AssocRecall(Task):
     """MQAR: n key-value pairs, then each key queried once after a power-law gap."""
 
-    version = 1
+    version = 2  # 2: layout (default zoology: filler after each query key)
 
     def __init__(
         self,
@@ -48,15 +62,30 @@ class AssocRecall(Task):
         seq_len: int = 64,
         num_kv_pairs: int = 8,
         power_a: float = 0.01,
+        layout: str = "zoology",
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        require_int("num_kv_pairs", num_kv_pairs, 1, vocab_size // 2 - 1)
-        require_int("seq_len", seq_len, 4 * num_kv_pairs)
+        require_int_given(
+            "num_kv_pairs",
+            num_kv_pairs,
+            1,
+            vocab_size // 2 - 1,
+            f"for vocab_size={vocab_size} (keys are the tokens [1, vocab_size // 2))",
+        )
+        require_int_given(
+            "seq_len",
+            seq_len,
+            4 * num_kv_pairs,
+            None,
+            f"for num_kv_pairs={num_kv_pairs} (4 tokens per pair: the pair and its query slot)",
+        )
         require(is_real(power_a) and 0 < power_a <= 1, "power_a", power_a, "a float in (0, 1]")
+        require_choice("layout", layout, LAYOUTS)
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
         self.num_kv_pairs = int(num_kv_pairs)
         self.power_a = float(power_a)
+        self.layout = layout
 
     @property
     def num_slots(self) -> int:
@@ -64,6 +93,39 @@ class AssocRecall(Task):
         return (self.seq_len - 2 * self.num_kv_pairs) // 2
 
     position_slices = ("query_index", "query_order")
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return self.vocab_size // 2, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The n values of the context (positions 1, 3, ..., 2n - 1)."""
+        return token_sets(inputs[:, 1 : 2 * self.num_kv_pairs : 2], self.vocab_size)
+
+    def baselines(self, data: dict[str, np.ndarray]) -> dict[str, float]:
+        """`chance`, `in_context` (1 / n) and `elimination`: at each query, a uniform guess
+        among the context's values minus those standing right after an earlier query key
+        (what the teacher-forced layout shows: H_n / n on average; in Zoology's layout only
+        filler stands there, so it stays near 1 / n)."""
+        return {**super().baselines(data), "elimination": self.elimination(data)}
+
+    def elimination(self, data: dict[str, np.ndarray]) -> float:
+        inputs, labels = data["inputs"], data["labels"]
+        n = self.num_kv_pairs
+        # each example has n queries; their positions in time order
+        queries = np.nonzero(labels != IGNORE)[1].reshape(inputs.shape[0], n)
+        hits = np.empty(queries.shape)
+        for rows in row_chunks(inputs.shape[0], max(1, BITMAP_BUDGET // (n * n))):
+            context_values = inputs[rows, 1 : 2 * n : 2]  # [R, n], distinct per row
+            shown = np.take_along_axis(inputs[rows], queries[rows] + 1, axis=1)  # after a query
+            # shown_at[r, i, k]: the token after query i is context value k
+            shown_at = shown[:, :, None] == context_values[:, None, :]
+            # gone[r, j, k]: value k stood after a query before query j (exclusive running OR)
+            gone = np.cumsum(shown_at, axis=1) - shown_at > 0
+            answers = np.take_along_axis(labels[rows], queries[rows], axis=1)
+            answer_gone = (gone & (context_values[:, None, :] == answers[:, :, None])).any(axis=2)
+            hits[rows] = ~answer_gone / np.maximum(n - gone.sum(axis=2), 1)
+        return float(hits.mean())
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         """Write one chunk of examples into the views `out` (labels/slices prefilled)."""
@@ -82,7 +144,8 @@ class AssocRecall(Task):
         slots = sample_weighted_distinct(rng, weights, rows, n)
         at_key = (np.arange(rows)[:, None], 2 * n + 2 * slots)
         inputs[at_key] = keys
-        inputs[at_key[0], at_key[1] + 1] = values
+        if self.layout == "teacher_forced":
+            inputs[at_key[0], at_key[1] + 1] = values
         out["labels"][at_key] = values
         out["query_index"][at_key] = np.arange(n)
         out["query_order"][at_key] = np.argsort(np.argsort(slots, axis=1), axis=1)

@@ -5,11 +5,40 @@ from typing import Any
 
 import numpy as np
 
-from common.checks import require_int
+from common.checks import is_int, require, require_int
 from tasks.sampling import chunk_rows, row_chunks
 
 IGNORE = -100
 """Label of a position where nothing is scored (torch's cross-entropy `ignore_index`)."""
+
+
+def require_int_given(name: str, value: Any, low: int, high: int | None, given: str) -> None:
+    """`require_int` for a bound set by other parameters: `given` names them and their values
+    (e.g. "for vocab_size=8 (...)"), so a user who changed only those sees why this one fails."""
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    ok = is_int(value) and value >= low and (high is None or value <= high)
+    require(ok, name, value, f"{allowed} {given}")
+
+
+def token_sets(tokens: np.ndarray, vocab_size: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """bool [N, vocab_size]: row i marks the tokens of `tokens[i]` ([N, L]) where `keep` is
+    true (all of them when `keep` is None)."""
+    rows = np.broadcast_to(np.arange(tokens.shape[0])[:, None], tokens.shape)
+    keep = np.ones(tokens.shape, bool) if keep is None else keep
+    present = np.zeros((tokens.shape[0], vocab_size), dtype=bool)
+    present[rows[keep], tokens[keep]] = True
+    return present
+
+
+def guess_accuracy(candidates: np.ndarray, labels: np.ndarray) -> float:
+    """Expected accuracy of a uniform guess among `candidates[i]` (bool [N, V]) at every scored
+    position of example i: the mean over scored positions of [label in C_i] / |C_i| (0 when
+    C_i is empty), the same micro average as `test/acc`."""
+    rows, cols = np.nonzero(labels != IGNORE)
+    answers = labels[rows, cols]
+    sizes = candidates.sum(axis=1)[rows]
+    hits = candidates[rows, answers] / np.maximum(sizes, 1)
+    return float(hits.mean()) if hits.size else float("nan")
 
 
 class Task:
@@ -66,6 +95,31 @@ class Task:
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         """Write one chunk of rows of every array of `_generate` in place."""
+        raise NotImplementedError
+
+    def baselines(self, data: dict[str, np.ndarray]) -> dict[str, float]:
+        """Accuracy of binding-free strategies on `data` (a set this task generated): the
+        expected fraction of scored positions a strategy gets right, computed exactly (the
+        mean over scored positions of P(guess = label)), never sampled.
+
+        - `chance`: a uniform guess over the answer alphabet (`answer_tokens`);
+        - `in_context`: a uniform guess among the candidate answers present in the input
+          (`candidates`), with no key bound to its value.
+        Tasks with more binding-free strategies add them (MQAR: `elimination`)."""
+        low, high = self.answer_tokens
+        return {
+            "chance": 1.0 / (high - low),
+            "in_context": guess_accuracy(self.candidates(data["inputs"]), data["labels"]),
+        }
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        """The answer alphabet [low, high): every label is one of these tokens."""
+        raise NotImplementedError
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """bool [N, vocab_size]: the answers a binding-free reader of example i's input can
+        see (the same for every scored position of the example)."""
         raise NotImplementedError
 
     def params(self) -> dict[str, Any]:

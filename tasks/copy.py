@@ -19,6 +19,11 @@ in [min_copy_len, copy_len]).
 Slices: `copy_position` [N, T], at a scored position the index in the string of the token to
 output (0 = s_1), -1 elsewhere; `copy_len` [N], the example's string length.
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - 3); `in_context`, a uniform
+guess among the string's distinct symbols. No shortcut: each answer is the string's next
+symbol, L + 1 tokens back (reading it is the copy), and i.i.d. symbols leave nothing to
+eliminate.
+
 Failure: a fixed-size recurrent state holds about state_bits / log2(alphabet) tokens; past that
 the copy's accuracy falls with `copy_position` while softmax attention's does not.
 """
@@ -27,7 +32,7 @@ import numpy as np
 
 from common.checks import is_int, require, require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, token_sets
 
 PAD, BOS, SEP = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -53,14 +58,16 @@ class Copy(Task):
             copy_len is None or (is_int(copy_len) and 1 <= copy_len <= longest),
             "copy_len",
             copy_len,
-            f"None or an integer in [1, {longest}] (a string of L tokens needs seq_len >= 2L + 1)",
+            f"None or an integer in [1, {longest}] for seq_len={seq_len} "
+            "(a string of L tokens needs seq_len >= 2L + 1)",
         )
         max_len = longest if copy_len is None else int(copy_len)
         require(
             min_copy_len is None or (is_int(min_copy_len) and 1 <= min_copy_len <= max_len),
             "min_copy_len",
             min_copy_len,
-            f"None or an integer in [1, {max_len}] (at most copy_len)",
+            f"None or an integer in [1, {max_len}] for copy_len={copy_len} "
+            f"and seq_len={seq_len} (at most the longest string)",
         )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
@@ -70,6 +77,16 @@ class Copy(Task):
         self.min_len = max_len if min_copy_len is None else int(min_copy_len)
 
     position_slices = ("copy_position",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return FIRST_SYMBOL, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The distinct symbols of the string (all of them precede SEP, the first scored
+        position)."""
+        return token_sets(inputs, self.vocab_size, inputs >= FIRST_SYMBOL)
+
     example_slices = ("copy_len",)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:

@@ -17,6 +17,10 @@ Parameters: `vocab_size`, `seq_len`.
 Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10: where the earlier A is (0 = the
 start, 10 = right before the query).
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - 1); `in_context`, a uniform
+guess among the distinct tokens before the query other than A. When p = T - 3 (one example in
+T - 2) the answer is the token right before the query: still the induction step, not a leak.
+
 Failure: the model must match the current token against every earlier one and copy the token
 that followed it; a state that keeps no token identity for long answers near chance
 (1 / (vocab_size - 2)), mostly at low `depth_bin`.
@@ -26,7 +30,7 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, token_sets
 from tasks.sampling import depth_bins, sample_excluding
 
 
@@ -43,6 +47,16 @@ class Induction(Task):
         self.seq_len = int(seq_len)
 
     example_slices = ("depth_bin",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return 1, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The distinct tokens before the query, except the trigger itself (B never equals A)."""
+        present = token_sets(inputs[:, :-1], self.vocab_size)
+        present[np.arange(inputs.shape[0]), inputs[:, -1]] = False
+        return present
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

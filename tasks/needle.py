@@ -20,6 +20,12 @@ uniformly per example; or "uniform": p uniform over [0, T - 3]), `num_distractor
 
 Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10 (the depth the needle actually got).
 
+Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - vocab_size // 2);
+`in_context`, a uniform guess among the values that follow a key token in the context (the
+pairs' values and the filler's chance `key value` bigrams, which only matching the query tells
+apart from real pairs). No shortcut: the answer sits right after the needle's key, wherever
+the needle is; nothing near the query depends on it.
+
 Failure: a fixed-size state that has overwritten the needle by the time the query comes gets
 chance accuracy (about 1 / (vocab_size / 2)), mostly at low depth (far back); distractors test
 whether the retrieval is precise (another pair's value is the typical wrong answer).
@@ -31,7 +37,7 @@ import numpy as np
 
 from common.checks import is_real, require, require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, require_int_given, token_sets
 from tasks.sampling import (
     depth_bins,
     sample_distinct,
@@ -59,9 +65,21 @@ class Needle(Task):
         num_distractors: int = 1,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        require_int("num_distractors", num_distractors, 0, vocab_size // 2 - 2)
+        require_int_given(
+            "num_distractors",
+            num_distractors,
+            0,
+            vocab_size // 2 - 2,
+            f"for vocab_size={vocab_size} (every pair has its own key in [1, vocab_size // 2))",
+        )
         # context T - 1 holds the needle and 2-aligned distractor slots, 2 of which it may block
-        require_int("seq_len", seq_len, 3 if num_distractors == 0 else 2 * num_distractors + 5)
+        require_int_given(
+            "seq_len",
+            seq_len,
+            3 if num_distractors == 0 else 2 * num_distractors + 5,
+            None,
+            f"for num_distractors={num_distractors} (the needle, the pairs and the query)",
+        )
         is_uniform = isinstance(depth, str) and depth == "uniform"
         is_list = isinstance(depth, Sequence) and not isinstance(depth, str)
         require(
@@ -80,6 +98,19 @@ class Needle(Task):
         self.num_distractors = int(num_distractors)
 
     example_slices = ("depth_bin",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return self.vocab_size // 2, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """Every value token that follows a key token in the context: the needle's and the
+        distractors' values, and the filler's chance `key value` bigrams (filler excludes only
+        this example's keys, so a reader who does not match the query cannot tell them apart)."""
+        half = self.vocab_size // 2
+        context = inputs[:, :-1]
+        after_key = (context[:, :-1] < half) & (context[:, 1:] >= half)
+        return token_sets(context[:, 1:], self.vocab_size, after_key)
 
     def _needle_starts(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         last = self.seq_len - 3  # the latest start: the value right before the query

@@ -19,6 +19,10 @@ Parameters: `vocab_size`, `seq_len`, `num_tokens` (k), `noise_vocab_size`.
 Slice: `copy_position` [N, T], at a scored position the index (0 = d_1) of the data token to
 output, -1 elsewhere.
 
+Binding-free baselines (`baselines`): `chance` 1 / (number of data tokens); `in_context`, a
+uniform guess among the distinct data tokens of the input. No shortcut: as in `copy`, each
+answer is the next data token of the context, and i.i.d. tokens leave nothing to eliminate.
+
 Failure: copying needs the data tokens' content *and* order kept while skipping a variable
 amount of noise; models whose state update cannot depend on the input (time-invariant
 recurrences) cannot select, and a fixed-size state loses tokens once k outgrows it.
@@ -28,7 +32,7 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import Task
+from tasks.base import Task, require_int_given, token_sets
 from tasks.sampling import sample_distinct
 
 SEP = 1
@@ -49,10 +53,21 @@ class SelectiveCopy(Task):
         noise_vocab_size: int = 1,
     ) -> None:
         require_int("vocab_size", vocab_size, FIRST_NOISE + 3)
-        # at least two data tokens stay
-        require_int("noise_vocab_size", noise_vocab_size, 1, vocab_size - FIRST_NOISE - 2)
+        require_int_given(
+            "noise_vocab_size",
+            noise_vocab_size,
+            1,
+            vocab_size - FIRST_NOISE - 2,
+            f"for vocab_size={vocab_size} (at least two data tokens must stay)",
+        )
         require_int("num_tokens", num_tokens, 1)
-        require_int("seq_len", seq_len, 2 * num_tokens)
+        require_int_given(
+            "seq_len",
+            seq_len,
+            2 * num_tokens,
+            None,
+            f"for num_tokens={num_tokens} (the tokens, then their copy)",
+        )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
         self.num_tokens = int(num_tokens)
@@ -63,6 +78,14 @@ class SelectiveCopy(Task):
         return FIRST_NOISE + self.noise_vocab_size
 
     position_slices = ("copy_position",)
+
+    @property
+    def answer_tokens(self) -> tuple[int, int]:
+        return self.first_data, self.vocab_size
+
+    def candidates(self, inputs: np.ndarray) -> np.ndarray:
+        """The distinct data tokens of the input (all of them precede SEP)."""
+        return token_sets(inputs, self.vocab_size, inputs >= self.first_data)
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         inputs = out["inputs"]

@@ -31,6 +31,13 @@ class Mixer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def no_weight_decay(self) -> set[str]:
+        """Names (relative to this mixer) of parameters the optimiser must not decay towards
+        zero: decay rates, bonuses, token-shift mixes, whose zero is no neutral value. The
+        training recipe already spares every parameter that is not a weight matrix;
+        a mixer lists here what that rule would not catch, or what must stay spared."""
+        return set()
+
     def state_size(self, seq_len: int) -> int:
         raise NotImplementedError
 

@@ -65,6 +65,11 @@ class RWKV(Mixer):
         self.cvalue = nn.Linear(4 * d_model, d_model, bias=False)
         self.creceptance = nn.Linear(d_model, d_model, bias=False)
 
+    def no_weight_decay(self) -> set[str]:
+        """The decay rates, the current-token bonus and the token-shift mixes (decaying
+        time_decay towards 0 would pull every channel's memory towards w = 1)."""
+        return {"time_decay", "time_first", "mu_k", "mu_v", "mu_r", "cmu_k", "cmu_r"}
+
     def rkv(self, x: torch.Tensor, prev: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Receptance, key, value of the time-mix from x_t and x_{t-1}: each [B, T, C]."""
         r = self.receptance(mix(x, prev, self.mu_r))

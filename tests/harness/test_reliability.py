@@ -50,7 +50,7 @@ def test_hydra_refuses_unknown_names_and_keys(tmp_path: Path, args, message) -> 
 
 
 def test_divergence_is_recorded_with_step_and_reason(make_cfg, tmp_path: Path) -> None:
-    cfg = make_cfg([*SMALL_RECALL, "optim.lr=1e6", "trainer.gradient_clip_val=null"])
+    cfg = make_cfg([*SMALL_RECALL, "optim.lr=1e6", "optim.grad_clip=null"])
     record = run(cfg)
     assert record["status"] == "diverged"
     assert "at step" in record["error"] and "loss is nan" in record["error"].lower()
@@ -77,7 +77,8 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
         *[a for a in SMALL_RECALL if not a.startswith("trainer.max_steps")],
         "trainer.max_steps=120",
         "trainer.val_check_interval=20",
-        "early_stop_acc=null",  # never stop on accuracy: both runs do all 120 steps
+        "early_stop_acc=null",  # never stop early: both runs do all 120 steps
+        "plateau.stop=false",
         "threads=1",
         f"checkpoint.dir={tmp_path / 'ckpt'}",
     ]
@@ -99,6 +100,7 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
     b = json.loads((tmp_path / "killed" / "results.json").read_text())
     assert b["train"]["resumed_from_step"] > 0
     assert b["train"]["steps"] == a["train"]["steps"] == 120
+    assert b["train"]["val_curve"] == a["train"]["val_curve"]  # the curve survives the kill
     for key in ("test/acc", "test/seq_acc", "val/acc"):
         assert b["metrics"][key] == pytest.approx(a["metrics"][key], abs=1e-6)
     assert not list((tmp_path / "ckpt").glob("*/last.ckpt")), "finished runs drop checkpoints"

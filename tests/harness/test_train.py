@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.build import BadInput
+from harness.console import human_bytes
 from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli
 
@@ -26,12 +27,19 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
     assert saved["metrics"]["test/acc"] >= 0.95
     assert saved["metrics"]["val/acc"] >= 0.95
     assert saved["train"]["steps"] < 1000  # early stopping passed the threshold
+    floats = 2 * 24 * 64 + 3 * 64  # KV cache + the short conv's window (kernel 4)
     assert saved["state"] == {
-        "floats_per_layer": 2 * 24 * 64,
-        "bytes_per_layer": 4 * 2 * 24 * 64,
-        "bytes_total": 2 * 4 * 2 * 24 * 64,
+        "floats_per_layer": floats,
+        "bytes_per_layer": 4 * floats,
+        "bytes_total": 2 * 4 * floats,
         "grows_with_seq_len": True,
     }
+    train = saved["train"]
+    assert train["stopped_by"] == "early_stop_acc" and train["converged"] is True
+    assert train["val_curve"][-1][0] == train["steps"]
+    assert train["val_curve"][-1][1] == pytest.approx(saved["metrics"]["val/acc"], abs=1e-6)
+    assert saved["metrics"]["test/baseline/in_context"] == 1 / 4
+    assert saved["metrics"]["test/baseline/elimination"] == pytest.approx(1 / 4, abs=0.01)
     assert {f"test/acc_by/query_order/{i}" for i in range(4)} <= saved["metrics"].keys()
     assert saved["wandb"]["mode"] == "offline"
     assert Path(saved["wandb"]["run_dir"]).is_dir()
@@ -54,13 +62,14 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["status"] == "ok" and saved["model"] == "favor"
-    assert saved["state"]["floats_per_layer"] == 2 * (64 * 32 + 64)
+    assert saved["state"]["floats_per_layer"] == 2 * (64 * 32 + 64) + 3 * 64
     assert saved["state"]["grows_with_seq_len"] is False
     assert 0.0 <= saved["metrics"]["test/acc"] <= 1.0
     assert saved["train"]["steps"] == 30
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("ok")]
     assert f"acc {saved['metrics']['test/acc']:.3f}" in line
-    assert "state 16.5 KiB/layer" in line and "assoc_recall  favor  seq_len=24" in line
+    assert f"state {human_bytes(4 * 4416)}/layer" in line
+    assert "assoc_recall  favor  seq_len=24" in line
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 
 

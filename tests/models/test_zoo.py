@@ -181,7 +181,7 @@ def one_thread():
 @pytest.mark.parametrize("name", [*ZOO, "softmax"])
 def test_state_memory_after_16_and_4096_steps(name: str, one_thread: None) -> None:
     torch.manual_seed(0)
-    model = LanguageModel(11, 16, name, d_model=D_MODEL, n_layers=1)
+    model = LanguageModel(11, 16, name, d_model=D_MODEL, n_layers=1, short_conv=0)
     mixer = model.blocks[0].mixer.eval()
     state = mixer.init_state(1)
     floats = {}

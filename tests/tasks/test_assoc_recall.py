@@ -32,11 +32,15 @@ def check_mqar(task: AssocRecall, data: dict[str, np.ndarray]) -> None:
         for rank, pos in enumerate(scored):
             assert pos >= 2 * n and (pos - 2 * n) % 2 == 0 and pos + 1 < length
             j = keys.index(x[pos])  # the pair this query asks for, found in the context
-            assert y[pos] == values[j] and x[pos + 1] == values[j]  # teacher-forced value
+            assert y[pos] == values[j]
+            if task.layout == "teacher_forced":
+                assert x[pos + 1] == values[j]
+            else:  # filler: never a key; the answer is nowhere after the context but by chance
+                assert x[pos + 1] not in keys
             assert index[pos] == j and order[pos] == rank
             queried.append(j)
         assert sorted(queried) == list(range(n))  # each key queried exactly once
-        query_slots = set(scored) | set(scored + 1)
+        query_slots = set(scored) | (set(scored + 1) if task.layout == "teacher_forced" else set())
         filler = [t for t in range(2 * n, length) if t not in query_slots]
         assert not set(x[filler]) & set(keys)  # filler never looks like a query
         unscored = np.ones(length, bool)
@@ -51,6 +55,8 @@ def check_mqar(task: AssocRecall, data: dict[str, np.ndarray]) -> None:
         {"vocab_size": 16, "seq_len": 21, "num_kv_pairs": 3},  # odd length: one trailing filler
         {"vocab_size": 8, "seq_len": 12, "num_kv_pairs": 3},  # every key used, no free slot
         {"vocab_size": 300, "seq_len": 128, "num_kv_pairs": 32, "power_a": 1.0},
+        {"layout": "teacher_forced"},
+        {"vocab_size": 16, "seq_len": 21, "num_kv_pairs": 3, "layout": "teacher_forced"},
     ],
 )
 def test_examples_meet_every_invariant(params):
@@ -60,9 +66,15 @@ def test_examples_meet_every_invariant(params):
 
 def test_defaults_and_params_round_trip():
     task = build_task("assoc_recall")
-    assert task.params() == {"vocab_size": 256, "seq_len": 64, "num_kv_pairs": 8, "power_a": 0.01}
+    assert task.params() == {
+        "vocab_size": 256,
+        "seq_len": 64,
+        "num_kv_pairs": 8,
+        "power_a": 0.01,
+        "layout": "zoology",
+    }
     assert task.with_seq_len(128).params()["seq_len"] == 128
-    assert AssocRecall.version == 1 and task.registry_name == "assoc_recall"
+    assert AssocRecall.version == 2 and task.registry_name == "assoc_recall"
 
 
 def test_large_vocab_generates_in_chunks_and_stays_valid():
@@ -109,7 +121,7 @@ def test_filler_is_uniform_over_the_non_key_tokens():
     mask = np.ones_like(data["inputs"], bool)
     mask[:, :6] = False
     rows, pos = np.nonzero(data["labels"] != IGNORE)
-    mask[rows, pos] = mask[rows, pos + 1] = False
+    mask[rows, pos] = False  # the token after a query is filler too (Zoology's layout)
     filler = data["inputs"][mask]
     assert abs(np.mean(filler >= 8) - 8 / 12) < 0.01
 
@@ -129,6 +141,7 @@ def test_filler_is_uniform_over_the_non_key_tokens():
         ({"power_a": 1.5}, "power_a"),
         ({"power_a": math.nan}, "power_a"),
         ({"power_a": "0.1"}, "power_a"),
+        ({"layout": "answers"}, "layout"),
     ],
 )
 def test_invalid_parameters_raise_a_value_error_naming_them(params, name):

@@ -21,3 +21,21 @@ def test_same_seed_same_data_other_seed_other_data(name: str) -> None:
     for key, array in a.items():
         assert array.dtype == np.int64 and array.shape in ((100, task.seq_len), (100,)), key
     assert a["inputs"].min() >= 0 and a["inputs"].max() < task.vocab_size
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("assoc_recall", {"vocab_size": 8}, "num_kv_pairs=8 is invalid: .* for vocab_size=8"),
+        ("assoc_recall", {"num_kv_pairs": 20}, "seq_len=64 is invalid: .* for num_kv_pairs=20"),
+        ("noisy_recall", {"vocab_size": 20}, "num_kv_pairs=8 is invalid: .* vocab_size=20 and"),
+        ("noisy_recall", {"vocab_size": 12}, "noise_vocab_size=16 is invalid: .* vocab_size=12"),
+        ("needle", {"vocab_size": 4}, "num_distractors=1 is invalid: .* for vocab_size=4"),
+        ("selective_copy", {"seq_len": 10}, "seq_len=10 is invalid: .* for num_tokens=8"),
+        ("copy", {"seq_len": 9, "copy_len": 6}, "copy_len=6 is invalid: .* for seq_len=9"),
+    ],
+)
+def test_a_bound_set_by_another_parameter_names_that_parameter_too(name, params, message):
+    """Changing vocab_size alone must not yield an error that names only num_kv_pairs."""
+    with pytest.raises(ValueError, match=message):
+        build_task(name, **params)

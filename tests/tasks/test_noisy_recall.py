@@ -34,7 +34,8 @@ def check_noisy_recall(task: NoisyRecall, data: dict[str, np.ndarray]) -> np.nda
         asked = x[at_key]
         assert set(asked) <= set(keys)  # keys of the context
         pair = np.array([list(keys).index(k) for k in asked])
-        assert np.array_equal(x[at_key + 1], values[pair])  # teacher-forced value
+        assert np.all(x[at_key + 1] < first_key)  # noise after a query: no answer after the context
+        assert not set(x[context:]) & set(values)
         assert np.array_equal(y[at_key], values[pair]) and np.array_equal(index[at_key], pair)
         unscored = np.ones(length, bool)
         unscored[at_key] = False

@@ -16,7 +16,7 @@ REFUSED = [
     (["optim.weight_decay=abc"], "optim.weight_decay='abc' is invalid: must be a number"),
     (["trainer.val_check_interval=0"], "trainer.val_check_interval=0 is invalid"),
     (["trainer.val_check_interval=-1"], "trainer.val_check_interval=-1 is invalid"),
-    (["trainer.gradient_clip_val=abc"], "trainer.gradient_clip_val='abc' is invalid"),
+    (["optim.grad_clip=abc"], "optim.grad_clip='abc' is invalid"),
     (["backbone.d_model=abc"], "backbone.d_model='abc' is invalid"),
     (["backbone.n_layers=0"], "backbone.n_layers=0 is invalid"),
     (["model=favor", "model.feature_dim=0"], "model.feature_dim=0 is invalid"),

@@ -1,15 +1,17 @@
 """Kernelised linear attention (eq. 2-4, causal form eq. 8-9) with a pluggable feature map.
 
-Registered entries differ only in the feature map: `linear` (ELU+1, eq. 5), `favor`
-(FAVOR+, eq. 7), `identity` (Exercise 2), `rff` (eq. 6).
+Registered entries differ only in the feature map: `linear` (a choice of positive maps:
+ELU+1 by default, eq. 5; FAVOR+, eq. 7; Based's Taylor map), `favor` (FAVOR+ with its own
+defaults), `identity` (Exercise 2), `rff` (eq. 6).
 """
 
 import torch
+from torch import nn
 
-from common.checks import require, require_int
+from common.checks import require, require_choice, require_int
 from models import register
-from models.feature_maps import build_feature_map
-from models.kernels import check_mode, linear_attention
+from models.feature_maps import TaylorFeatureMap, build_feature_map
+from models.kernels import check_mode, linear_attention, taylor_linear_attention
 from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State
 from models.precision import at_least_fp32, autocast_off
 
@@ -33,6 +35,10 @@ class KernelAttention(MultiHeadMixer):
     z_t = z_{t-1} + phi(k_t) (eq. 8-9). State per layer: H * (D * d_v + D) floats, D = the
     feature map's out_dim, independent of the sequence length.
 
+    `qk_dim` (None = head_dim): q and k are projected to this many dimensions per head before
+    phi (Based projects them to 16, so its Taylor map holds 1 + 16 + 16^2 = 273 features);
+    v keeps head_dim. The Taylor map is applied inside `taylor_linear_attention`, which never
+    builds the D features within a chunk.
     `redraw_every` > 0 redraws random features every that many training forward passes."""
 
     def __init__(
@@ -41,6 +47,7 @@ class KernelAttention(MultiHeadMixer):
         n_heads: int,
         feature_map: str,
         feature_dim: int | None = None,
+        qk_dim: int | None = None,
         normalize: bool = True,
         mode: str = "chunk",
         chunk_size: int = 64,
@@ -51,7 +58,15 @@ class KernelAttention(MultiHeadMixer):
         super().__init__(d_model, n_heads)
         check_mode(mode, chunk_size)
         require_int("redraw_every", redraw_every, 0)
-        self.feature_map = build_feature_map(feature_map, self.head_dim, feature_dim, **feature_kw)
+        self.qk_dim = self.head_dim if qk_dim is None else qk_dim
+        self.separate_qk = qk_dim is not None
+        if self.separate_qk:
+            require_int("qk_dim", qk_dim, 1)
+            del self.qkv  # q, k of qk_dim and v of head_dim per head
+            self.qk = nn.Linear(d_model, 2 * n_heads * qk_dim, bias=False)
+            self.value = nn.Linear(d_model, d_model, bias=False)
+        self.feature_map = build_feature_map(feature_map, self.qk_dim, feature_dim, **feature_kw)
+        self.taylor = isinstance(self.feature_map, TaylorFeatureMap)
         self.normalize, self.mode, self.chunk_size = normalize, mode, chunk_size
         require(0 < collapse_fraction <= 1, "collapse_fraction", collapse_fraction, "in (0, 1]")
         self.collapse_fraction = collapse_fraction
@@ -67,12 +82,29 @@ class KernelAttention(MultiHeadMixer):
     def feature_dim(self) -> int:
         return self.feature_map.out_dim
 
+    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_dim]."""
+        if not self.separate_qk:
+            return self.split_heads(x)
+        b, t, _ = x.shape
+        qk = self.qk(x).view(b, t, 2, self.n_heads, self.qk_dim).permute(2, 0, 3, 1, 4)
+        return qk[0], qk[1], self.value(x).view(b, t, self.n_heads, -1).transpose(1, 2)
+
     def features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """phi(q), phi(k), v in float32 or wider (`models.precision`)."""
-        q, k, v = self.split_heads(x)
+        """phi(q), phi(k), v in float32 or wider (`models.precision`); for the Taylor map its
+        scaled inputs q', k' instead, which `taylor_linear_attention` maps itself."""
+        q, k, v = self.projections(x)
         with autocast_off(x):
             q, k, v = at_least_fp32(q, k, v)
+            if self.taylor:
+                return self.feature_map.scaled(q), self.feature_map.scaled(k), v
             return self.feature_map(q, is_query=True), self.feature_map(k), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: object):
+        """eq. 8-9 on the outputs of `features` (the Taylor map's own kernel for `taylor`)."""
+        if self.taylor:
+            return taylor_linear_attention(q, k, v, eps=self.eps, **kw)
+        return linear_attention(q, k, v, normalize=self.normalize, eps=self.eps, **kw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and self.redraw_every > 0:
@@ -81,15 +113,7 @@ class KernelAttention(MultiHeadMixer):
                 self.feature_map.redraw(int(self.train_calls) // self.redraw_every)
         q, k, v = self.features(x)
         with autocast_off(x):
-            o = linear_attention(
-                q,
-                k,
-                v,
-                normalize=self.normalize,
-                mode=self.mode,
-                chunk_size=self.chunk_size,
-                eps=self.eps,
-            )
+            o = self.attend(q, k, v, mode=self.mode, chunk_size=self.chunk_size)
             if self.watch_denominator:
                 self.check_denominator(q, k)
         return self.merge_heads(o.to(x.dtype))
@@ -122,25 +146,38 @@ class KernelAttention(MultiHeadMixer):
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         features = self.features(x[:, None])
         with autocast_off(x):
-            o, new_state = linear_attention(
-                *features,
-                normalize=self.normalize,
-                mode="recurrent",
-                eps=self.eps,
-                initial_state=state,
-                return_state=True,
+            o, new_state = self.attend(
+                *features, mode="recurrent", initial_state=state, return_state=True
             )
         return self.merge_heads(o.to(x.dtype))[:, 0], new_state
 
 
+LINEAR_FEATURE_MAPS = ("elu", "favor", "taylor")
+"""The positive feature maps `linear` takes: nothing else in the architecture changes."""
+
+
 @register("linear")
-class EluLinearAttention(KernelAttention):
-    """Linear attention with phi = elu + 1 (Katharopoulos et al. 2020, eq. 5); D = head_dim."""
+class LinearAttention(KernelAttention):
+    """Normalised linear attention (eq. 8-9) with a positive feature map: `elu` (ELU+1,
+    Katharopoulos et al. 2020, eq. 5; D = qk_dim), `favor` (FAVOR+, eq. 7; D = feature_dim,
+    default qk_dim) or `taylor` (Based's map; D = 1 + qk_dim + qk_dim^2). Only the map
+    changes between them, so a sweep over `model.feature_map` compares feature maps inside
+    one architecture; `qk_dim` sets the width phi sees (None = head_dim)."""
 
     def __init__(
-        self, d_model: int, n_heads: int = 2, mode: str = "chunk", chunk_size: int = 64
+        self,
+        d_model: int,
+        n_heads: int = 2,
+        feature_map: str = "elu",
+        feature_dim: int | None = None,
+        qk_dim: int | None = None,
+        mode: str = "chunk",
+        chunk_size: int = 64,
     ) -> None:
-        super().__init__(d_model, n_heads, "elu", mode=mode, chunk_size=chunk_size)
+        require_choice("feature_map", feature_map, LINEAR_FEATURE_MAPS)
+        super().__init__(
+            d_model, n_heads, feature_map, feature_dim, qk_dim, mode=mode, chunk_size=chunk_size
+        )
 
 
 @register("favor")

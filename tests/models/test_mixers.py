@@ -16,6 +16,15 @@ def recurrent_modes(name: str) -> list[str]:
     return ["chunk", "parallel", "recurrent"] if has_mode else []
 
 
+VARIANTS = [(name, {}) for name in MIXERS.names()] + [
+    ("linear", {"feature_map": "favor", "feature_dim": 12}),
+    ("linear", {"feature_map": "taylor", "qk_dim": 4}),
+    ("linear", {"feature_map": "elu", "qk_dim": 4}),
+]
+"""Every registered mixer with its defaults, and `linear` with each of its feature maps."""
+VARIANT_IDS = [name + "".join(f"-{k}={v}" for k, v in params.items()) for name, params in VARIANTS]
+
+
 def make(name: str, **params) -> torch.nn.Module:
     """The mixer in float64; signed-feature mixers without their collapse guard (it is tested
     in test_zoo.py), so that inputs of any size can be compared across modes."""
@@ -25,9 +34,9 @@ def make(name: str, **params) -> torch.nn.Module:
     return build_mixer(name, D_MODEL, **params).double()
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
-def test_mixer_is_causal(name: str) -> None:
-    mixer = make(name)
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=VARIANT_IDS)
+def test_mixer_is_causal(name: str, params: dict) -> None:
+    mixer = make(name, **params)
     x = torch.randn(2, 23, D_MODEL)
     y = mixer(x)
     x2 = x.clone()
@@ -37,12 +46,16 @@ def test_mixer_is_causal(name: str) -> None:
     assert not torch.allclose(y[:, 11:], y2[:, 11:])
 
 
-@pytest.mark.parametrize("name", [n for n in MIXERS.names() if recurrent_modes(n)])
-def test_modes_agree_forward_and_backward(name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [v for v in VARIANTS if recurrent_modes(v[0])],
+    ids=[i for v, i in zip(VARIANTS, VARIANT_IDS, strict=True) if recurrent_modes(v[0])],
+)
+def test_modes_agree_forward_and_backward(name: str, params: dict) -> None:
     x = torch.randn(2, 37, D_MODEL, requires_grad=True)
     outputs = {}
     for mode in recurrent_modes(name):
-        mixer = make(name, mode=mode, chunk_size=8)
+        mixer = make(name, mode=mode, chunk_size=8, **params)
         y = mixer(x)
         (grad,) = torch.autograd.grad(y.square().sum(), x)
         outputs[mode] = (y.detach(), grad)
@@ -51,9 +64,9 @@ def test_modes_agree_forward_and_backward(name: str) -> None:
         torch.testing.assert_close(grad, outputs["recurrent"][1], msg=mode)
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
-def test_step_reproduces_forward(name: str) -> None:
-    mixer = make(name).eval()
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=VARIANT_IDS)
+def test_step_reproduces_forward(name: str, params: dict) -> None:
+    mixer = make(name, **params).eval()
     x = torch.randn(3, 19, D_MODEL)
     y = mixer(x)
     state = mixer.init_state(3)
@@ -62,9 +75,9 @@ def test_step_reproduces_forward(name: str) -> None:
         torch.testing.assert_close(y_t, y[:, t], msg=f"step {t}")
 
 
-@pytest.mark.parametrize("name", MIXERS.names())
-def test_state_size_counts_the_floats_step_carries(name: str) -> None:
-    mixer = make(name).eval()
+@pytest.mark.parametrize(("name", "params"), VARIANTS, ids=VARIANT_IDS)
+def test_state_size_counts_the_floats_step_carries(name: str, params: dict) -> None:
+    mixer = make(name, **params).eval()
     state = mixer.init_state(2)
     for t in range(1, 21):
         _, state = mixer.step(torch.randn(2, D_MODEL), state)
@@ -128,3 +141,32 @@ def test_bad_mixer_params_name_the_parameter(params: dict, match: str) -> None:
 def test_unknown_mixer_lists_the_known_ones() -> None:
     with pytest.raises(ValueError, match="known: .*favor.*softmax"):
         build_mixer("nope", D_MODEL)
+
+
+def test_linear_feature_maps_set_the_state_they_hold() -> None:
+    """`linear`'s feature map alone sets D: ELU+1 qk_dim, FAVOR+ feature_dim, Taylor
+    1 + qk_dim + qk_dim^2 (Based's 273 at qk_dim 16); v keeps head_dim = 8."""
+    heads, head_dim = 2, D_MODEL // 2
+    expected = {
+        ("elu", None, 4): 4,
+        ("favor", 12, None): 12,
+        ("taylor", None, 4): 1 + 4 + 16,
+        ("taylor", None, 16): 273,
+    }
+    for (feature_map, feature_dim, qk_dim), D in expected.items():
+        mixer = make("linear", feature_map=feature_map, feature_dim=feature_dim, qk_dim=qk_dim)
+        assert mixer.state_size(100) == heads * (D * head_dim + D), feature_map
+
+
+def test_based_linear_branch_is_linear_attention_with_the_taylor_map() -> None:
+    """Based = `linear` (Taylor map, qk_dim = Based's feature_dim) + a sliding window."""
+    based = make("based", feature_dim=4)
+    linear = make("linear", feature_map="taylor", qk_dim=4)
+    linear.load_state_dict(based.linear.state_dict())
+    x = torch.randn(2, 29, D_MODEL)
+    torch.testing.assert_close(based(x), linear(x) + based.window_attention(x))
+
+
+def test_linear_refuses_a_signed_feature_map() -> None:
+    with pytest.raises(ValueError, match="feature_map='rff' is invalid: must be one of elu"):
+        build_mixer("linear", D_MODEL, feature_map="rff")

@@ -30,7 +30,7 @@ from harness.report.points import (
     varied,
 )
 from harness.report.slices import copy_figure, needle_heatmap
-from harness.report.style import AXIS_TITLES, save, short
+from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.sweep import load_sweep, sweep_description
 from harness.tables import print_table, write_csv

@@ -70,7 +70,7 @@ def test_presets_resolve_without_run_py(make_cfg) -> None:
 
 def test_div_ties_the_batch_to_the_length(make_cfg) -> None:
     """`${div:a,b}` = a // b, e.g. the same number of tokens per step at every length."""
-    cfg = make_cfg(["task.seq_len=256", "data.batch_size=${div:4096,${task.seq_len}}"])
+    cfg = make_cfg(["task.seq_len=256", "data.batch_size='${div:4096,${task.seq_len}}'"])
     assert cfg.data.batch_size == 16
 
 

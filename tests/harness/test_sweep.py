@@ -40,7 +40,8 @@ def test_sweep_records_every_job_skips_them_on_rerun_and_reports(tmp_path: Path)
     for name in ("table.csv", "acc_vs_seq_len.png", "acc_vs_state.png", "report.html"):
         assert (sweep / "report" / name).stat().st_size > 0
     softmax_24 = next(r for r in table if r["model"] == "softmax" and r["task.seq_len"] == 24)
-    assert softmax_24["state_bytes_per_layer"] == 4 * 2 * 24 * 64
+    kv_cache, short_conv = 2 * 24 * 64, (4 - 1) * 64  # keys and values; the conv's last 3 inputs
+    assert softmax_24["state_bytes_per_layer"] == 4 * (kv_cache + short_conv)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ be split anywhere and continued.
 """
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -712,7 +713,8 @@ def delta_rule(
         o, state = _delta_recurrent(q, k, v, beta, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        o, state = _in_blocks(_delta_chunks, (q, k, v, beta), 2, size, initial_state)
+        chunks = partial(_delta_chunks, keep=return_state)
+        o, state = _in_blocks(chunks, (q, k, v, beta), 2, size, initial_state)
     return (o, state) if return_state else o
 
 
@@ -734,42 +736,52 @@ def _delta_recurrent(
 
 
 def _delta_chunks(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None, last: bool
-) -> tuple[Tensor, Tensor]:
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    L: int,
+    S: Tensor | None,
+    last: bool,
+    keep: bool = True,
+) -> tuple[Tensor, Tensor | None]:
     """T = n*L steps as n chunks. In a chunk the pseudo-values u_i = beta_i (v_i - S_{i-1}^T k_i)
     satisfy (I + tril(diag(beta) K K^T, -1)) U = diag(beta) (V - K S_start), so
     U = U0 - W S_start with [W | U0] = (I + tril(...))^{-1} diag(beta) [K | V] for all chunks
     at once. With S_i = S_start + sum_{j<=i} k_j u_j^T, everything but the state is then a
     product with S_start, computed for all chunks at once:
 
-        O = tril(Q K^T) U0 + (Q - tril(Q K^T) W) S_start
+        O = tril(Q K^T) (U0 - W S_start) + Q S_start
         S_end = (I - K^T W) S_start + K^T U0
 
-    and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each)."""
+    and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each). One
+    chunk from the empty state needs no S_start, and no S_end unless it is kept (`keep`) or
+    another block follows."""
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     n = T // L
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
-    causal = torch.ones(L, L, dtype=q.dtype, device=q.device).tril()
-    kb = kc * bc
+    kt = kc.transpose(-1, -2)
     # unit lower-triangular system: the solver takes the diagonal as 1 and reads only below it
-    A = (kb @ kc.transpose(-1, -2)) * causal.tril(-1)
+    # (its gradient too), so diag(beta) K K^T needs no mask
     WU = torch.linalg.solve_triangular(
-        A, torch.cat([kb, vc * bc], -1), upper=False, unitriangular=True
+        (kc * bc) @ kt, torch.cat([kc, vc], -1) * bc, upper=False, unitriangular=True
     )
     W, U0 = WU.split([D, Dv], -1)
-    scores = (qc @ kc.transpose(-1, -2)) * causal
-    kt = kc.transpose(-1, -2)
-    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
+    scores = (qc @ kt).tril_()  # tril(Q K^T), in place (the product's backward needs no output)
     if S is None and n == 1:  # one chunk from the empty state: no product with S_start
-        return (scores @ U0).reshape(B, H, T, Dv), update[:, :, 0]
+        final = (kt @ U0)[:, :, 0] if keep or not last else None
+        return (scores @ U0).reshape(B, H, T, Dv), final
+    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
     decay = torch.eye(D, dtype=q.dtype, device=q.device) - kt @ W  # [B, H, n, D, D]
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
     starts = []
     for decay_c, update_c in zip(decay.unbind(2), update.unbind(2), strict=True):
         starts.append(S)
-        S = update_c + decay_c @ S
-    o = scores @ U0 + (qc - scores @ W) @ torch.stack(starts, 2)
+        S = torch.baddbmm(update_c.flatten(0, 1), decay_c.flatten(0, 1), S.flatten(0, 1))
+        S = S.view(B, H, D, Dv)
+    starts = torch.stack(starts, 2)
+    o = scores @ (U0 - W @ starts) + qc @ starts
     return o.reshape(B, H, T, Dv), S

@@ -86,9 +86,7 @@ class KernelAttention(MultiHeadMixer):
         """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_dim]; contiguous (the feature maps and
         the chunk kernel would otherwise each copy them)."""
         if not self.separate_qk:
-            b, t, _ = x.shape
-            qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
-            return qkv.permute(2, 0, 3, 1, 4).contiguous().unbind(0)
+            return self.split_heads(x)
         b, t, _ = x.shape
         qk = self.qk(x).view(b, t, 2, self.n_heads, self.qk_dim).permute(2, 0, 3, 1, 4)
         return qk[0], qk[1], self.value(x).view(b, t, self.n_heads, -1).transpose(1, 2)

@@ -140,8 +140,32 @@ def taylor_features(x: Tensor) -> Tensor:
     """Based's second-order Taylor features of an (already scaled) input x [..., d]:
     phi(x) = [1, x, x (x) x / sqrt(2)], D = 1 + d + d^2, so that
     phi(q)^T phi(k) = 1 + s + s^2 / 2 with s = q^T k."""
-    outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) * 0.5**0.5
-    return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)
+    return _TaylorFeatures.apply(x)
+
+
+class _TaylorFeatures(torch.autograd.Function):
+    """`taylor_features` written into one tensor (no concatenation), with the gradient
+    d phi / dx^T g = g_1 + (G + G^T) x / sqrt(2), G = the [d, d] block of g of the products:
+    one product per token instead of autograd's passes over the D features."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        d = x.shape[-1]
+        out = x.new_empty(*x.shape[:-1], 1 + d + d * d)
+        out[..., 0] = 1
+        out[..., 1 : 1 + d] = x
+        outer = out[..., 1 + d :].unflatten(-1, (d, d))
+        torch.mul((x * 0.5**0.5).unsqueeze(-1), x.unsqueeze(-2), out=outer)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        d = x.shape[-1]
+        G = grad[..., 1 + d :].unflatten(-1, (d, d))
+        symmetric = (G + G.transpose(-1, -2)) @ x.unsqueeze(-1)
+        return grad[..., 1 : 1 + d] + symmetric.squeeze(-1) * 0.5**0.5
 
 
 def taylor_linear_attention(
@@ -455,25 +479,23 @@ def _scan_chunks(x: Tensor, log_decay: Tensor | None, init: Tensor | None) -> tu
     """States before each chunk, s_c = sum_{c'<c} G^(c-1-c') x_c' + G^c init, and after the last.
 
     x: [B, H, n, ...] per-chunk contributions; log_decay: [H] per-chunk log G, or None (G = 1);
-    init: [B, H, ...] or None. Without decay a cumulative sum. With decay, blocks of SCAN_BLOCK
-    chunks, each one product with the (block+1) x block matrix of powers G^(c-1-c'), c' < c
-    (exponents >= 0 only: no division by small powers), the last state carried between blocks.
+    init: [B, H, ...] or None. Blocks of SCAN_BLOCK chunks, each one product with the
+    (block+1) x block matrix of powers G^(c-1-c'), c' < c (exponents >= 0 only: no division by
+    small powers; without decay a matrix of ones: a product, not a cumulative sum, which is
+    slow along this dimension), the last state carried between blocks.
     """
     n, shape = x.shape[2], x.shape[3:]
-    if log_decay is None:
-        incl = x.cumsum(2)
-        starts = torch.cat([torch.zeros_like(x[:, :, :1]), incl[:, :, :-1]], 2)
-        final = incl[:, :, -1]
-        if init is not None:
-            starts, final = starts + init.unsqueeze(2), final + init
-        return starts, final
     x = x.flatten(3)
     m = min(n, SCAN_BLOCK)
     c = torch.arange(m + 1, dtype=x.dtype, device=x.device)
     power = c[:, None] - 1 - c[None, :m]  # [m+1, m]: c - 1 - c'
-    lg = log_decay[:, None, None]
-    powers = torch.exp(power.clamp(min=0) * lg) * (power >= 0)  # [H, m+1, m]
-    init_powers = torch.exp(c * lg[..., 0])  # [H, m+1]: G^c
+    if log_decay is None:
+        powers = (power >= 0).to(x.dtype)[None]  # [1, m+1, m]
+        init_powers = torch.ones_like(c)[None]  # [1, m+1]
+    else:
+        lg = log_decay[:, None, None]
+        powers = torch.exp(power.clamp(min=0) * lg) * (power >= 0)  # [H, m+1, m]
+        init_powers = torch.exp(c * lg[..., 0])  # [H, m+1]: G^c
     carry = None if init is None else init.flatten(2)
     starts = []
     for b0 in range(0, n, m):

@@ -14,9 +14,11 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def register_resolvers() -> None:
-    """`${mul:a,b}` = a * b: ties one swept value to another in a preset (e.g. the sequence
-    length to the number of key-value pairs)."""
+    """`${mul:a,b}` = a * b and `${div:a,b}` = a // b: tie one swept value to another in a
+    preset (the sequence length to the number of key-value pairs; the batch to the length,
+    so that every length trains on the same number of tokens per step)."""
     OmegaConf.register_new_resolver("mul", lambda a, b: a * b, replace=True)
+    OmegaConf.register_new_resolver("div", lambda a, b: a // b, replace=True)
 
 
 register_resolvers()

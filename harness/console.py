@@ -95,6 +95,18 @@ def diverged_step(error: str | None) -> int | None:
     return int(match[1]) if match else None
 
 
+def why_not_converged(record: dict) -> str:
+    """Why a run is not converged: still at the binding-free floor (it may not have jumped
+    yet, or cannot learn: `harness.convergence.plateaued`), or still improving when the
+    budget ran out."""
+    train = record.get("train") or {}
+    curve, floor = train.get("val_curve") or [], train.get("floor")
+    min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", 0.01)
+    if floor is not None and curve and max(acc for _, acc in curve) <= floor + min_delta:
+        return f"still at the binding-free floor {floor:.3f} when the budget ran out"
+    return "budget ran out while improving"
+
+
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
     """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
     the strongest baseline, state size, time, and why it did not finish when it did not."""
@@ -116,7 +128,7 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
     if train:
         parts.append(human_time(train.get("wall_s")))
         if status == "ok" and train.get("converged") is False:
-            parts.append("not converged (budget ran out while improving)")
+            parts.append(f"not converged ({why_not_converged(record)})")
     if status != "ok":
         parts.append(f"-- {record.get('error') or 'no error message'}")
     return "  ".join(p for p in parts if p)

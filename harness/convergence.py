@@ -31,24 +31,44 @@ def still_rising(curve: Curve, patience: int, min_delta: float) -> bool:
     return max(accuracies[-patience:]) > max(accuracies[:-patience]) + min_delta
 
 
-def converged(curve: Curve, threshold: float | None, patience: int, min_delta: float) -> bool:
-    """`train.converged`: the threshold was reached, or the curve ends on a plateau; false
-    when the run ended (out of budget, or diverged) while still rising."""
-    return reached(curve, threshold) or not still_rising(curve, patience, min_delta)
+def plateaued(curve: Curve, floor: float, patience: int, min_delta: float) -> bool:
+    """The curve ends on a plateau above the floor: it is not `still_rising`, and its best
+    accuracy beat `floor` (the strongest binding-free baseline on the validation set) by more
+    than `min_delta`. A curve flat at the floor is no plateau: every model on a recall task
+    first sits at the floor for a number of steps nobody can predict before it jumps
+    (softmax forming its induction circuit), so a run still there is neither stopped nor,
+    when its budget ends, converged: "cannot learn" and "has not learned yet" look alike."""
+    if not curve or max(acc for _, acc in curve) <= floor + min_delta:
+        return False
+    return not still_rising(curve, patience, min_delta)
+
+
+def converged(
+    curve: Curve, threshold: float | None, patience: int, min_delta: float, floor: float
+) -> bool:
+    """`train.converged`: the threshold was reached, or the curve ends on a plateau above the
+    floor (`plateaued`); false when the run ended (out of budget, or diverged) while still
+    rising, or still at the floor."""
+    return reached(curve, threshold) or plateaued(curve, floor, patience, min_delta)
 
 
 class ConvergenceStop(L.Callback):
     """Records `curve` ([step, val/acc] after every validation, the final one included) and
     stops training when `val/acc` reaches `threshold` (None: never) or, if `stop_on_plateau`,
-    when the curve reaches a plateau (`still_rising` is false). Its curve is part of the
+    when the curve reaches a plateau above `floor` (`plateaued`). Its curve is part of the
     checkpoint, so a resumed run has the whole curve. Must come before the checkpoint
     callback, so the saved curve includes the validation just made."""
 
     def __init__(
-        self, threshold: float | None, patience: int, min_delta: float, stop_on_plateau: bool
+        self,
+        threshold: float | None,
+        patience: int,
+        min_delta: float,
+        stop_on_plateau: bool,
+        floor: float,
     ) -> None:
         self.threshold, self.patience, self.min_delta = threshold, patience, min_delta
-        self.stop_on_plateau = stop_on_plateau
+        self.stop_on_plateau, self.floor = stop_on_plateau, floor
         self.curve: Curve = []
         self.stopped: str | None = None
 
@@ -64,14 +84,16 @@ class ConvergenceStop(L.Callback):
             return  # a validation outside fit (the final one) only records
         if reached([[step, acc]], self.threshold):
             self.stopped = "early_stop_acc"
-        elif self.stop_on_plateau and not still_rising(self.curve, self.patience, self.min_delta):
+        elif self.stop_on_plateau and plateaued(
+            self.curve, self.floor, self.patience, self.min_delta
+        ):
             self.stopped = "plateau"
         # collective under DDP; every rank has the same gathered val/acc, so the same decision
         stop = trainer.strategy.reduce_boolean_decision(self.stopped is not None, all=False)
         trainer.should_stop = trainer.should_stop or stop
 
     def verdict(self) -> bool:
-        return converged(self.curve, self.threshold, self.patience, self.min_delta)
+        return converged(self.curve, self.threshold, self.patience, self.min_delta, self.floor)
 
     def state_dict(self) -> dict:
         return {"curve": self.curve, "stopped": self.stopped}

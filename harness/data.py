@@ -31,6 +31,10 @@ class ArrayDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The columns as numpy arrays (no copy)."""
+        return {name: column.numpy() for name, column in self.columns.items()}
+
     def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
         index = torch.as_tensor(indices)
         return {name: column[index] for name, column in self.columns.items()}

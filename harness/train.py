@@ -105,7 +105,7 @@ def run(cfg: DictConfig) -> dict:
         parts = build(cfg)
         describe(record, cfg, parts)
         logger = start_logger(cfg, job, record)
-        trainer = make_trainer(cfg, job, logger)
+        trainer = make_trainer(cfg, job, logger, validation_floor(parts))
         fit(cfg, job, trainer, parts, record)
         test(trainer, parts, record)
         if cfg.checkpoint.get("keep") and is_recording_rank():
@@ -187,7 +187,7 @@ def job_number() -> int | None:
     return None
 
 
-def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None) -> L.Trainer:
+def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float) -> L.Trainer:
     """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
     stopping at `early_stop_acc` or on a `plateau`, and kill-safe checkpoints."""
     return L.Trainer(
@@ -206,6 +206,7 @@ def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None) -> L.Trainer:
                 cfg.plateau.patience,
                 cfg.plateau.min_delta,
                 cfg.plateau.stop,
+                floor,
             ),
             SaveLast(job.checkpoint),  # after ConvergenceStop: the saved curve is up to date
         ],
@@ -239,6 +240,7 @@ def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dic
             "resumed_from_step": resumed_at,
             "val_curve": [[int(step), round(acc, 6)] for step, acc in watch.curve],
             "converged": finished and watch.verdict(),
+            "floor": round(watch.floor, 6),
             "stopped_by": stopped_by if finished else None,
         }
         record["metrics"].update(parts.module.val_results)
@@ -254,8 +256,15 @@ def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
 
 def baseline_metrics(parts: Parts) -> dict[str, float]:
     """`Task.baselines` on the test set at the training length."""
-    arrays = {name: column.numpy() for name, column in parts.data.test_sets[0].columns.items()}
-    return {f"test/baseline/{name}": value for name, value in parts.task.baselines(arrays).items()}
+    baselines = parts.task.baselines(parts.data.test_sets[0].arrays())
+    return {f"test/baseline/{name}": value for name, value in baselines.items()}
+
+
+def validation_floor(parts: Parts) -> float:
+    """The strongest binding-free baseline on the validation set: a plateau counts only above
+    it (`harness.convergence.plateaued`)."""
+    parts.data.setup("fit")
+    return max(parts.task.baselines(parts.data.splits["val"].arrays()).values())
 
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:

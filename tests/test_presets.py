@@ -68,6 +68,12 @@ def test_presets_resolve_without_run_py(make_cfg) -> None:
     assert cfg.task.seq_len == 64
 
 
+def test_div_ties_the_batch_to_the_length(make_cfg) -> None:
+    """`${div:a,b}` = a // b, e.g. the same number of tokens per step at every length."""
+    cfg = make_cfg(["task.seq_len=256", "data.batch_size='${div:4096,${task.seq_len}}'"])
+    assert cfg.data.batch_size == 16
+
+
 def test_smoke_comes_after_the_preset_and_the_command_line_after_both(make_cfg) -> None:
     cfg = make_cfg(["experiment=needle_grid", "debug=smoke", "trainer.max_steps=7"])
     assert preset("needle_grid")["trainer"]["max_steps"] != SMOKE_SIZES["trainer"]["max_steps"]

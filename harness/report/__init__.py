@@ -3,7 +3,8 @@
 Reads every job's record (`harness.sweep.load_sweep`), aggregates repeated seeds (mean,
 standard deviation, count), picks the best learning rate per point by validation accuracy
 where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, the figures that the
-sweep's varied parameters call for (`acc_vs_seq_len.png`, `acc_vs_state.png`,
+sweep's varied parameters call for (`acc_vs_seq_len.png`, `acc_vs_<task parameter>.png` for
+each other varied numeric task parameter such as `num_kv_pairs`, `acc_vs_state.png`,
 `acc_vs_test_length.png`, `needle_heatmap.png`, `copy_vs_length.png`) and `report.html` (all
 of it on one self-contained page). The table is printed, and everything is logged to one W&B
 run per sweep in the sweep's project."""
@@ -14,6 +15,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
+from common.checks import is_real
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.page import write_page
 from harness.report.points import (
@@ -23,11 +25,12 @@ from harness.report.points import (
     aggregate,
     clean_rows,
     fixed_settings,
+    missing,
     parameter_columns,
     varied,
 )
 from harness.report.slices import copy_figure, needle_heatmap
-from harness.report.style import save
+from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.sweep import load_sweep, sweep_description
 from harness.tables import print_table, write_csv
@@ -63,6 +66,18 @@ def wandb_mode_of(description: dict, requested: str) -> str:
     return logger.get("mode") or "offline"
 
 
+def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
+    """Varied numeric task parameters besides the length (`task.num_kv_pairs`, ...): each
+    gets its own accuracy figure, the length has one already."""
+    return [
+        key
+        for key in point_keys
+        if key.startswith("task.")
+        and key != "task.seq_len"
+        and all(is_real(p.get(key)) and p.get(key) > 0 for p in points if not missing(p.get(key)))
+    ]
+
+
 def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
     varied, or a task that is not there, is left out)."""
@@ -70,6 +85,12 @@ def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
         "acc_vs_seq_len": accuracy_figure(
             points, "task.seq_len", point_keys, "Accuracy against sequence length"
         ),
+        **{
+            f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
+                points, key, point_keys, f"Accuracy against {short(key)}"
+            )
+            for key in task_axes(points, point_keys)
+        },
         "acc_vs_state": accuracy_figure(
             points, "state_bytes", point_keys, "Accuracy against recurrent state size"
         ),

@@ -99,6 +99,7 @@ def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ())
                 markersize=6,
                 markerfacecolor="white",
                 markeredgecolor=colour(model),
+                zorder=drawn.lines[0].get_zorder() + 0.1,  # above the filled marker it hides
                 gid=f"not converged:{model}",
             )
         for p in ok:

@@ -29,6 +29,10 @@ KNOWN_MODELS = (
 MARKERS = "osD^vP*Xhp<>"
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
+    "task.num_kv_pairs": "key-value pairs per example",
+    "task.num_distractors": "distractor pairs per example",
+    "task.num_tokens": "tokens to copy",
+    "task.copy_len": "string length (tokens)",
     "state_bytes": "recurrent state per layer (bytes)",
     "test_length": "test sequence length (tokens)",
     "copy_len": "string length (tokens)",

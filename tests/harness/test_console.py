@@ -44,6 +44,18 @@ def test_job_line_says_everything_in_one_line() -> None:
     assert "\n" not in line
 
 
+@pytest.mark.parametrize(
+    ("curve", "why"),
+    [
+        ([[100, 0.26], [200, 0.255]], "still at the binding-free floor 0.250"),
+        ([[100, 0.26], [200, 0.5]], "budget ran out while improving"),
+    ],
+)
+def test_job_line_says_why_a_run_did_not_converge(curve: list, why: str) -> None:
+    record = {**OK, "train": {**OK["train"], "val_curve": curve, "floor": 0.25}}
+    assert f"not converged ({why}" in job_line(record, {})
+
+
 def test_job_line_of_a_diverged_job_gives_the_reason() -> None:
     error = "training loss is nan at step 132"
     line = job_line({**OK, "status": "diverged", "error": error, "metrics": {}}, {})

@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
+import harness.train
 from harness.build import BadInput, build
-from harness.convergence import converged, still_rising
+from harness.convergence import converged, plateaued, still_rising
 from harness.optim import lr_factor, param_groups
 from harness.train import run
 from models.backbone import LanguageModel
@@ -157,12 +158,46 @@ def test_gradients_are_clipped_to_optim_grad_clip(make_cfg) -> None:
 def test_still_rising_on_synthetic_curves(curve: list, rising: bool) -> None:
     # patience 3, min_delta 0.01: rising when one of the last 3 beats all before by > 0.01
     assert still_rising(curve, patience=3, min_delta=0.01) is rising
-    assert converged(curve, None, 3, 0.01) is (not rising)
-    assert converged(curve, 0.1, 3, 0.01)  # every curve here reached 0.1
+    assert converged(curve, None, 3, 0.01, floor=0.0) is (not rising)
+    assert converged(curve, 0.1, 3, 0.01, floor=0.0)  # every curve here reached 0.1
 
 
-def test_a_flat_run_stops_on_its_plateau_and_is_converged(make_cfg) -> None:
-    # lr 1e-9: the weights hardly move, validation accuracy stays where it starts
+@pytest.mark.parametrize(
+    ("curve", "floor", "plateau"),
+    [
+        ([[s, 0.13] for s in range(100, 1600, 100)], 0.125, False),  # flat at the floor
+        ([[s, 0.13] for s in range(100, 1600, 100)], 0.05, True),  # flat well above it
+        ([[100, 0.12], [200, 0.2], [300, 0.3], [400, 0.3], [500, 0.3], [600, 0.3]], 0.125, True),
+        ([[100, 0.12], [200, 0.2], [300, 0.3], [400, 0.3], [500, 0.3], [600, 0.3]], 0.295, False),
+        ([], 0.0, False),
+    ],
+)
+def test_a_plateau_counts_only_above_the_binding_free_floor(curve, floor, plateau) -> None:
+    """Before its jump a recall model sits at the floor for an unpredictable number of steps:
+    a flat curve there is neither a reason to stop nor a convergence."""
+    assert plateaued(curve, floor, patience=3, min_delta=0.01) is plateau
+    assert converged(curve, None, 3, 0.01, floor) is plateau
+
+
+def test_a_run_at_the_floor_is_not_stopped_and_not_converged(make_cfg) -> None:
+    # lr 1e-9: the weights hardly move, validation accuracy stays at chance, the floor
+    overrides = [
+        "optim.lr=1e-9",
+        "trainer.max_steps=20",
+        "trainer.val_check_interval=5",
+        "plateau.patience=2",
+    ]
+    record = run(make_cfg([*TINY, *overrides]))
+    train = record["train"]
+    assert train["stopped_by"] == "max_steps" and train["steps"] == 20
+    assert train["converged"] is False
+    assert max(acc for _, acc in train["val_curve"]) <= train["floor"] + 0.01
+    assert train["floor"] == pytest.approx(0.25, abs=0.05)  # 4 pairs: 1 in 4 in context
+
+
+def test_a_flat_run_above_the_floor_stops_on_its_plateau(make_cfg, monkeypatch) -> None:
+    # the same flat run, judged against a floor below it: a plateau, so it stops
+    monkeypatch.setattr(harness.train, "validation_floor", lambda parts: -1.0)
     overrides = [
         "optim.lr=1e-9",
         "trainer.max_steps=100",

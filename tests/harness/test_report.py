@@ -203,6 +203,20 @@ def test_retrieval_gap_pairs_swept_with_length_do_not_split_lines(tmp_path: Path
     assert any(t.get_text() == "kv pairs=4" for t in ax.texts)  # written beside the points
 
 
+def test_a_swept_task_parameter_gets_its_own_accuracy_figure(tmp_path: Path) -> None:
+    records = [
+        record(model, seq_len=128, task_params={"num_kv_pairs": n}, acc=acc)
+        for model, acc in (("softmax", 0.99), ("linear", 0.5))
+        for n in (8, 16, 32)
+    ]
+    figures = figures_of(write_sweep(tmp_path / "sweep", records))
+    assert "acc_vs_num_kv_pairs" in figures and "acc_vs_seq_len" not in figures
+    ax = figures["acc_vs_num_kv_pairs"].get_axes()[0]
+    assert sorted(lines(ax, "model")) == ["linear", "softmax"]
+    assert ax.get_xlabel() == "key-value pairs per example"
+    assert tick_labels(ax) == ["8", "16", "32"]
+
+
 def test_best_learning_rate_is_chosen_on_validation(tmp_path: Path) -> None:
     records = [
         record("linear", lr=0.001, acc=0.9, val_acc=0.5),
@@ -217,7 +231,9 @@ def test_not_converged_points_are_hollow_and_said_in_the_table(tmp_path: Path) -
     sweep = write_sweep(tmp_path / "sweep", records)
     ax = figures_of(sweep)["acc_vs_seq_len"].get_axes()[0]
     (hollow,) = [line for line in ax.get_lines() if line.get_gid() == "not converged:linear"]
+    (filled,) = [line for line in ax.get_lines() if line.get_gid() == "model:linear"]
     assert list(hollow.get_xdata()) == [64]
+    assert hollow.get_zorder() > filled.get_zorder()  # drawn over the filled marker
     table = report(sweep, wandb_mode="disabled")
     assert [r["converged"] for r in table] == ["yes", "no"]
 

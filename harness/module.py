@@ -6,7 +6,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from harness.metrics import RecallAccuracy
-from harness.optim import param_groups, warmup_cosine
+from harness.optim import adamw, warmup_cosine
 from models.backbone import LanguageModel
 from models.mixers.base import DenominatorCollapse
 from tasks import IGNORE
@@ -17,8 +17,8 @@ class Diverged(RuntimeError):
 
 
 class RecallModule(L.LightningModule):
-    """Trains `model` on cross-entropy over positions whose label is not -100, with AdamW
-    (weight decay on `decay` parameters: `harness.optim.param_groups`) and a per-step learning
+    """Trains `model` on cross-entropy over positions whose label is not -100, with fused AdamW
+    (weight decay on `decay` parameters: `harness.optim.adamw`) and a per-step learning
     rate: linear warm-up over `warmup_fraction` of the trainer's `max_steps`, then `schedule`
     (cosine decay to `min_lr_ratio * lr`, or constant; `harness.optim.lr_factor`). Gradient
     clipping is the trainer's (`gradient_clip_val`, set from `optim.grad_clip`).
@@ -107,9 +107,8 @@ class RecallModule(L.LightningModule):
         return merged
 
     def configure_optimizers(self) -> dict:
-        optimizer = torch.optim.AdamW(
-            param_groups(self.model, self.weight_decay, self.decay), lr=self.lr
-        )
+        mixed = "mixed" in str(self.trainer.precision)  # fused AdamW: no clipping there
+        optimizer = adamw(self.model, self.lr, self.weight_decay, self.decay, fused=not mixed)
         total = max(1, int(self.trainer.max_steps))  # -1 (no step budget): warm-up only
         warmup = round(self.warmup_fraction * total)
         scheduler = warmup_cosine(optimizer, total, warmup, self.min_lr_ratio, self.schedule)

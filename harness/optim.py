@@ -53,6 +53,16 @@ def param_groups(model: nn.Module, weight_decay: float, decay: str = "matrices")
     ]
 
 
+def adamw(
+    model: nn.Module, lr: float, weight_decay: float, decay: str = "matrices", fused: bool = True
+) -> torch.optim.AdamW:
+    """AdamW over `param_groups(model, weight_decay, decay)`. `fused`: one kernel updates every
+    parameter (the default model on one CPU thread: 0.3 ms per step instead of 0.9 for
+    torch's per-parameter loop), the same update up to float rounding; Lightning refuses to
+    clip the gradients of a fused optimiser under mixed precision (it unscales them itself)."""
+    return torch.optim.AdamW(param_groups(model, weight_decay, decay), lr=lr, fused=fused)
+
+
 def lr_factor(
     step: int, total_steps: int, warmup_steps: int, min_ratio: float, schedule: str = "cosine"
 ) -> float:

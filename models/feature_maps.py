@@ -28,7 +28,7 @@ class EluFeatureMap(nn.Module):
         self.out_dim = head_dim
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
-        return F.elu(x.to(wide_dtype(x.dtype))) + 1
+        return F.elu(x.to(wide_dtype(x.dtype))).add_(1)  # elu's backward reads x, not its output
 
 
 class IdentityFeatureMap(nn.Module):
@@ -101,9 +101,10 @@ class RffFeatureMap(RandomFeatureMap):
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
         with autocast_off(x):
-            xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
-            proj = xs @ self.omega.to(xs.dtype).T
-            return torch.cat([proj.cos(), proj.sin()], dim=-1) / math.sqrt(self.omega.shape[0])
+            x = x.to(wide_dtype(x.dtype))
+            proj = x @ (self.omega.to(x.dtype).T * self.head_dim**-0.25)  # w_i^T x'
+            features = torch.cat([proj.cos(), proj.sin()], dim=-1)
+            return features.mul_(self.omega.shape[0] ** -0.5)  # cat's backward needs no output
 
 
 class FavorFeatureMap(RandomFeatureMap):
@@ -130,19 +131,27 @@ class FavorFeatureMap(RandomFeatureMap):
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """The exponents of eq. 7 before any shift, w_i^T x' - |x'|^2 / 2, in float32 or wider
-        with autocast off (`models.precision`)."""
+        with autocast off (`models.precision`); x' = x d^(-1/4) is folded into the products
+        (w_i^T x' = (w_i d^(-1/4))^T x, |x'|^2 = |x|^2 d^(-1/2)), not applied to x."""
         with autocast_off(x):
-            xs = x.to(wide_dtype(x.dtype)) * self.head_dim**-0.25
-            return xs @ self.omega.to(xs.dtype).T - xs.pow(2).sum(dim=-1, keepdim=True) / 2
+            x = x.to(wide_dtype(x.dtype))
+            scale = self.head_dim**-0.25
+            square = torch.linalg.vecdot(x, x).unsqueeze(-1)
+            return torch.addmm(
+                square.flatten(0, -2) * (-0.5 * scale * scale),
+                x.flatten(0, -2),
+                self.omega.to(x.dtype).T * scale,
+            ).unflatten(0, x.shape[:-1])
 
     def forward(self, x: torch.Tensor, is_query: bool = False) -> torch.Tensor:
+        """exp(logits - c) / sqrt(D), the 1/sqrt(D) taken inside the exponential (one pass)."""
         with autocast_off(x):
             logits = self.logits(x)
             if is_query:
                 shift = logits.amax(dim=-1, keepdim=True).detach()
             else:
                 shift = self.key_shift().to(logits.dtype)
-            return torch.exp(logits - shift) / math.sqrt(self.out_dim)
+            return torch.exp(logits - (shift + 0.5 * math.log(self.out_dim)))
 
 
 class TaylorFeatureMap(nn.Module):

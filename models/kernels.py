@@ -13,6 +13,7 @@ be split anywhere and continued.
 """
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -109,7 +110,8 @@ def linear_attention(
     decay: None (g = 1) or [H] per-head gammas in (0, 1].
     mode: "recurrent" (step loop, the spec), "parallel" (o = (Q K^T * M) V with the causal
     decay matrix M[t, s] = g^(t-s) for s <= t), "chunk" (that form inside chunks; chunk start
-    states by a cumulative sum over chunks, or with decay a matrix of powers g^(C*i)).
+    states by a cumulative sum over chunks, or with decay a matrix of powers g^(C*i); one
+    block when T is at most ~chunk_size + D, `_block_length`).
     Chunk mode holds [B, H, T/C, D, Dv] chunk states, never one state per step.
     State: (S [B, H, D, Dv], z [B, H, D]), decayed; returned as (o, state) if return_state.
     """
@@ -126,10 +128,11 @@ def linear_attention(
         o, state = _linear_recurrent(q, k, v, decay, normalize, eps, initial_state)
     else:
         log_g = None if decay is None else decay.to(q.dtype).log()
-        chunks = _Chunks(log_g, normalize, eps, return_state, taylor=False)
-        o, state = _in_blocks(
-            chunks, (q, k, v), 2, T if mode == "parallel" else chunk_size, initial_state
-        )
+        with_z = normalize or return_state
+        chunks = _Chunks(log_g, normalize, eps, return_state, taylor=False, with_z=with_z)
+        size = T if mode == "parallel" else _block_length(T, chunk_size, D, D, Dv + with_z)
+        o, state = _in_blocks(chunks, (q, k, v), 2, size, _joined(initial_state, with_z))
+        state = _split(state, Dv)
     return (o, state) if return_state else o
 
 
@@ -137,8 +140,32 @@ def taylor_features(x: Tensor) -> Tensor:
     """Based's second-order Taylor features of an (already scaled) input x [..., d]:
     phi(x) = [1, x, x (x) x / sqrt(2)], D = 1 + d + d^2, so that
     phi(q)^T phi(k) = 1 + s + s^2 / 2 with s = q^T k."""
-    outer = (x.unsqueeze(-1) * x.unsqueeze(-2)).flatten(-2) * 0.5**0.5
-    return torch.cat([torch.ones_like(x[..., :1]), x, outer], dim=-1)
+    return _TaylorFeatures.apply(x)
+
+
+class _TaylorFeatures(torch.autograd.Function):
+    """`taylor_features` written into one tensor (no concatenation), with the gradient
+    d phi / dx^T g = g_1 + (G + G^T) x / sqrt(2), G = the [d, d] block of g of the products:
+    one product per token instead of autograd's passes over the D features."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        d = x.shape[-1]
+        out = x.new_empty(*x.shape[:-1], 1 + d + d * d)
+        out[..., 0] = 1
+        out[..., 1 : 1 + d] = x
+        outer = out[..., 1 + d :].unflatten(-1, (d, d))
+        torch.mul((x * 0.5**0.5).unsqueeze(-1), x.unsqueeze(-2), out=outer)
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        d = x.shape[-1]
+        G = grad[..., 1 + d :].unflatten(-1, (d, d))
+        symmetric = (G + G.transpose(-1, -2)) @ x.unsqueeze(-1)
+        return grad[..., 1 : 1 + d] + symmetric.squeeze(-1) * 0.5**0.5
 
 
 def taylor_linear_attention(
@@ -160,7 +187,9 @@ def taylor_linear_attention(
     the weights inside a chunk, phi(q_i)^T phi(k_j) = 1 + s + s^2/2 with s = q_i^T k_j, from
     d-dimensional products (D = 273 for d = 16 would cost 17x more), and build the D features
     only for what crosses chunks: the state (none when one chunk covers a sequence that
-    starts from the empty state and no state is returned)."""
+    starts from the empty state and no state is returned). Chunk mode takes the whole sequence
+    as one chunk while that costs fewer multiply-adds than the D-feature state
+    (`_block_length`: T <= 431 for d = 16, Dv = 32 and chunks of 64)."""
     check_mode(mode, chunk_size)
     _check_qkv(q, k, v)
     B, H, T, d = q.shape
@@ -172,10 +201,10 @@ def taylor_linear_attention(
         fq, fk = taylor_features(q), taylor_features(k)
         o, state = _linear_recurrent(fq, fk, v, None, True, eps, initial_state)
     else:
-        chunks = _Chunks(None, True, eps, return_state, taylor=True)
-        o, state = _in_blocks(
-            chunks, (q, k, v), 2, T if mode == "parallel" else chunk_size, initial_state
-        )
+        chunks = _Chunks(None, True, eps, return_state, taylor=True, with_z=True)
+        size = T if mode == "parallel" else _block_length(T, chunk_size, d, D, Dv + 1)
+        o, state = _in_blocks(chunks, (q, k, v), 2, size, _joined(initial_state, True))
+        state = _split(state, Dv)
     return (o, state) if return_state else o
 
 
@@ -207,6 +236,32 @@ def _linear_recurrent(
     return torch.stack(outs, 2), (S, z)
 
 
+def _block_length(T: int, C: int, d: int, D: int, E: int) -> int:
+    """The block length of chunk mode: T (one block, no state inside it) when that takes no
+    more multiply-adds per step than chunks of C do with their D-feature state,
+    T (d + E) <= C (d + E) + 2 D E  (weights and their product with the values, against the
+    same inside a chunk plus the state's update and the queries' product with it), else C.
+    With D = d this is T <= C + ~d (one chunk in all but name); with Based's D = 1 + d + d^2
+    it runs sequences of a few hundred steps without building a feature."""
+    return T if T * (d + E) <= C * (d + E) + 2 * D * E else C
+
+
+def _joined(state: LinearState | None, with_z: bool) -> Tensor | None:
+    """(S, z) as the one tensor the chunk form carries: [S | z] [B, H, D, Dv + 1], or S alone
+    when z is not needed."""
+    if state is None:
+        return None
+    return torch.cat([state[0], state[1].unsqueeze(-1)], -1) if with_z else state[0]
+
+
+def _split(state: Tensor | None, Dv: int) -> LinearState | None:
+    """[S | z] -> (S, z)."""
+    if state is None or state.shape[-1] == Dv:
+        return None
+    S, z = state.split([Dv, 1], -1)
+    return S, z.squeeze(-1)
+
+
 class _Chunks:
     """One block of chunk-mode linear attention (a callable for `_in_blocks`), T = n*C steps as
     n chunks. Inside chunk c (steps i, j = 0..C-1), from its start state:
@@ -214,86 +269,233 @@ class _Chunks:
     sum_j g^(C-1-j) k_j v_j^T to the state and decays the old one by g^C.
 
     z rides along as one more value column (v_j -> [v_j, 1] makes S -> [S | z]), so the same
-    matmuls give eq. 9's numerator and denominator. With `taylor`, q and k are the inputs of
-    the Taylor map: q_i.k_j becomes 1 + s + s^2/2 of their product s, and the features are
-    built only for the state. Nothing crosses chunks when the block is one chunk from the empty
-    state: then the state is built only if it is returned or another block follows."""
+    matmuls give eq. 9's numerator and denominator; the column is left out when nothing needs
+    z (no normaliser and no state returned). With `taylor`, q and k are the inputs of the
+    Taylor map: q_i.k_j becomes 1 + s + s^2/2 of their product s, and the features are built
+    only for the state. The block's products are one autograd node, `_ChunkAttention`; this
+    class prepares what it needs. Nothing crosses chunks when the block is one chunk from the
+    empty state: then the state is built only if it is returned or another block follows.
+
+    The state handed from block to block is [S | z] as one tensor [B, H, D, Dv (+1)]."""
 
     def __init__(
-        self, log_g: Tensor | None, normalize: bool, eps: float | Tensor, keep: bool, taylor: bool
+        self,
+        log_g: Tensor | None,
+        normalize: bool,
+        eps: float | Tensor,
+        keep: bool,
+        taylor: bool,
+        with_z: bool,
     ) -> None:
         self.log_g, self.normalize, self.eps = log_g, normalize, eps
-        self.keep, self.taylor = keep, taylor
+        self.keep, self.taylor, self.with_z = keep, taylor, with_z
 
     def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, C: int, state: LinearState | None, last: bool
-    ) -> tuple[Tensor, LinearState | None]:
+        self, q: Tensor, k: Tensor, v: Tensor, C: int, state: Tensor | None, last: bool
+    ) -> tuple[Tensor, Tensor | None]:
         B, H, T, _ = q.shape
-        Dv, n, log_g = v.shape[-1], T // C, self.log_g
-        q, k = q.contiguous(), k.contiguous()  # else each matmul below copies them again
-        v = torch.cat([v, v.new_ones(B, H, T, 1)], -1)  # [v | 1]: the last column carries z
+        n, log_g = T // C, self.log_g
+        q, k = q.contiguous(), k.contiguous()  # else each product below copies them again
+        if self.with_z:  # [v | 1]: the last column carries z
+            v = torch.cat([v, v.new_ones(B, H, T, 1)], -1)
+        E = v.shape[-1]
         qc, kc, vc = (x.reshape(B, H, n, C, x.shape[-1]) for x in (q, k, v))
-        scores = qc @ kc.transpose(-1, -2)  # [B, H, n, C, C]
-        if self.taylor:
-            scores = torch.addcmul(1 + scores, scores, scores, value=0.5)
+        carried = state is not None or n > 1
         i = torch.arange(C, dtype=q.dtype, device=q.device)
-        if log_g is None:  # a multiplicative causal mask (its backward is one more product)
-            scores = scores * torch.ones(C, C, dtype=q.dtype, device=q.device).tril()
-        else:
+        weights = chunk_log_decay = fq = fk = None  # weights None: the causal mask alone
+        if log_g is not None:
             lg = log_g.view(-1, 1, 1, 1)  # [H, 1, 1, 1] against [B, H, n, C, .]
             # g^(i-j) below the diagonal; the exponent is clamped so exp never sees (i-j) < 0
             lag = (i[:, None] - i[None, :]).clamp(min=0)
-            scores = scores * torch.exp(lag * lg).tril()
-        o = scores @ vc  # [B, H, n, C, Dv + 1]: numerator | denominator
-        carried = state is not None or n > 1
-        final = None
+            weights = torch.exp(lag * lg).tril()
+            chunk_log_decay = C * log_g
         if carried or self.keep or not last:
             fk = taylor_features(kc) if self.taylor else kc
-            chunk_log_decay = None
             if log_g is not None:
                 fk = fk * torch.exp((C - 1 - i)[:, None] * lg)  # g^(C-1-j): j's update at the end
-                chunk_log_decay = C * log_g
-            update = fk.transpose(-1, -2) @ vc  # [B, H, n, D, Dv + 1]: each chunk's own [S | z]
-            if carried:
-                init = None if state is None else torch.cat([state[0], state[1].unsqueeze(-1)], -1)
-                starts, final = _scan_chunks(update, chunk_log_decay, init)
-                fq = taylor_features(qc) if self.taylor else qc
-                if log_g is not None:
-                    fq = fq * torch.exp((i + 1)[:, None] * lg)  # g^(i+1): the start state at i
-                o = o + fq @ starts
-            else:
+        if carried:
+            fq = taylor_features(qc) if self.taylor else qc
+            if log_g is not None:
+                fq = fq * torch.exp((i + 1)[:, None] * lg)  # g^(i+1): the start state at i
+        o, final = _ChunkAttention.apply(
+            qc, kc, vc, fq, fk, weights, state, chunk_log_decay, self.taylor
+        )
+        o = o.view(B, H, T, E)
+        if self.normalize:
+            num, den = o.split([E - 1, 1], -1)
+            return num / (den + self.eps), final
+        return (o[..., : E - 1] if self.with_z else o), final
+
+
+class _ChunkAttention(torch.autograd.Function):
+    """All of one block's products as one autograd node with its own backward (autograd would
+    make several more passes over the [C, C] weights of every chunk, and sum gradients in
+    separate passes). Per chunk, from its start state S_c:
+
+        W = tril(M(q k^T)) (* weights)    O = W v + fq S_c    U = fk^T v
+        S_c = scan of U over the chunks (`_scan_chunks`: decayed by G = e^chunk_log_decay),
+        starting from `init`;  returns O and the state after the last chunk
+
+    q, k: [B, H, n, C, d]; v: [B, H, n, C, E]; fq, fk: [B, H, n, C, D] (queries and keys as the
+    state sees them: features, decayed), possibly the very tensors qc, kc; fq None: no start
+    states (one chunk from the empty state); fk None as well: no state at all. weights:
+    [H, 1, C, C] lower triangular (RetNet's g^(i-j)) or None (the causal mask). M: identity, or
+    with `taylor` s -> 1 + s + s^2/2.
+
+    Backward, from dO and d(final): dW = tril(dO v^T) (* weights), dS = dW * M'(s),
+    dq = dS k, dk = dS^T q, dv = W^T dO + fk dU, dfq = dO S_c^T, dfk = v dU^T, with
+    d(S_c) = fq^T dO carried back through the scan (autograd on a recomputed scan: it is
+    small, [n, D, E] per sequence) to dU, d(init) and d(chunk_log_decay)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        fq: Tensor | None,
+        fk: Tensor | None,
+        weights: Tensor | None,
+        init: Tensor | None,
+        chunk_log_decay: Tensor | None,
+        taylor: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        C, E = q.shape[-2], v.shape[-1]
+        scores = q @ k.transpose(-1, -2)  # [B, H, n, C, C]
+        if taylor:
+            w = torch.addcmul(1 + scores, scores, scores, value=0.5)
+        elif weights is not None and weights.requires_grad:
+            w = scores.clone()  # d(weights) needs the scores before weighting
+        else:
+            w = scores
+        if weights is None:
+            w.tril_()
+        else:
+            w.mul_(weights)
+        o = w @ v
+        update = starts = final = None
+        if fk is not None:
+            update = fk.transpose(-1, -2) @ v  # [B, H, n, D, E]: each chunk's own [S | z]
+            if fq is None:
                 final = update[:, :, 0]
-        num, den = o.reshape(B, H, T, Dv + 1).split([Dv, 1], -1)
-        o = num / (den + self.eps) if self.normalize else num
-        if final is None:
-            return o, None
-        S_end, z_end = final.split([Dv, 1], -1)
-        return o, (S_end, z_end.squeeze(-1))
+            else:
+                starts, final = _scan_chunks(update, chunk_log_decay, init)
+                o.view(-1, C, E).baddbmm_(fq.reshape(-1, C, fq.shape[-1]), starts.flatten(0, 2))
+        kept = scores if (taylor or w is not scores) else None
+        ctx.save_for_backward(
+            q, k, v, fq, fk, weights, w, kept, update, starts, init, chunk_log_decay
+        )
+        ctx.taylor = taylor
+        ctx.fq_is_q, ctx.fk_is_k = fq is q, fk is k
+        ctx.set_materialize_grads(False)  # an unused final state gets None, not zeros
+        return o, final
+
+    @staticmethod
+    def backward(ctx: Any, grad_o: Tensor | None, grad_final: Tensor | None) -> tuple:
+        q, k, v, fq, fk, weights, w, scores, update, starts, init, log_decay = ctx.saved_tensors
+        C, d, E = q.shape[-2], q.shape[-1], v.shape[-1]
+        if grad_o is None:
+            grad_o = torch.zeros_like(v)
+        grad_w = grad_o @ v.transpose(-1, -2)
+        grad_weights = None
+        if ctx.needs_input_grad[5]:
+            H = weights.shape[0]
+            raw = torch.addcmul(1 + scores, scores, scores, value=0.5) if ctx.taylor else scores
+            grad_weights = (grad_w * raw).transpose(0, 1).reshape(H, -1, C, C).sum(1, True)
+        if weights is None:
+            grad_w.tril_()
+        else:
+            grad_w.mul_(weights)
+        if ctx.taylor:
+            grad_w.mul_(scores + 1)  # d(1 + s + s^2/2) / ds = 1 + s
+        grad_q = grad_w @ k
+        grad_k = grad_w.transpose(-1, -2) @ q
+        grad_v = w.transpose(-1, -2) @ grad_o
+        grad_fq = grad_fk = grad_init = grad_log_decay = grad_update = None
+        if fq is not None:
+            grad_starts = fq.transpose(-1, -2) @ grad_o
+            if ctx.fq_is_q:  # dq += dO S_c^T, in place
+                grad_q.view(-1, C, d).baddbmm_(
+                    grad_o.reshape(-1, C, E), starts.flatten(0, 2).transpose(-1, -2)
+                )
+            else:
+                grad_fq = grad_o @ starts.transpose(-1, -2)
+            grad_update, grad_init, grad_log_decay = _scan_chunks_backward(
+                update, log_decay, init, grad_starts, grad_final, ctx.needs_input_grad
+            )
+        elif fk is not None and grad_final is not None:  # one chunk: final = its update
+            grad_update = grad_final.unsqueeze(2)
+        if grad_update is not None:
+            D = fk.shape[-1]
+            grad_v.view(-1, C, E).baddbmm_(fk.reshape(-1, C, D), grad_update.flatten(0, 2))
+            if ctx.fk_is_k:  # dk += v dU^T, in place
+                grad_k.view(-1, C, d).baddbmm_(
+                    v.reshape(-1, C, E), grad_update.flatten(0, 2).transpose(-1, -2)
+                )
+            else:
+                grad_fk = v @ grad_update.transpose(-1, -2)
+        grads = (grad_q, grad_k, grad_v, grad_fq, grad_fk, grad_weights, grad_init, grad_log_decay)
+        return (*grads, None)
+
+
+def _scan_chunks_backward(
+    update: Tensor,
+    log_decay: Tensor | None,
+    init: Tensor | None,
+    grad_starts: Tensor,
+    grad_final: Tensor | None,
+    needs: tuple[bool, ...],
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Gradients of `_scan_chunks(update, log_decay, init)` given those of its outputs: by
+    autograd on the scan recomputed (its tensors are small). `needs`: `_ChunkAttention`'s
+    needs_input_grad (init is its input 6, chunk_log_decay its input 7)."""
+    with torch.enable_grad():
+        leaves = [update.detach().requires_grad_()]
+        init_leaf = log_decay_leaf = None
+        if init is not None and needs[6]:
+            init_leaf = init.detach().requires_grad_()
+            leaves.append(init_leaf)
+        if log_decay is not None and needs[7]:
+            log_decay_leaf = log_decay.detach().requires_grad_()
+            leaves.append(log_decay_leaf)
+        starts, final = _scan_chunks(
+            leaves[0],
+            log_decay if log_decay_leaf is None else log_decay_leaf,
+            init if init_leaf is None else init_leaf,
+        )
+        outputs, grads = [starts], [grad_starts]
+        if grad_final is not None:
+            outputs.append(final)
+            grads.append(grad_final)
+        found = torch.autograd.grad(outputs, leaves, grads)
+    found = list(found)
+    grad_update = found.pop(0)
+    grad_init = found.pop(0) if init_leaf is not None else None
+    grad_log_decay = found.pop(0) if log_decay_leaf is not None else None
+    return grad_update, grad_init, grad_log_decay
 
 
 def _scan_chunks(x: Tensor, log_decay: Tensor | None, init: Tensor | None) -> tuple[Tensor, Tensor]:
     """States before each chunk, s_c = sum_{c'<c} G^(c-1-c') x_c' + G^c init, and after the last.
 
     x: [B, H, n, ...] per-chunk contributions; log_decay: [H] per-chunk log G, or None (G = 1);
-    init: [B, H, ...] or None. Without decay a cumulative sum. With decay, blocks of SCAN_BLOCK
-    chunks, each one product with the (block+1) x block matrix of powers G^(c-1-c'), c' < c
-    (exponents >= 0 only: no division by small powers), the last state carried between blocks.
+    init: [B, H, ...] or None. Blocks of SCAN_BLOCK chunks, each one product with the
+    (block+1) x block matrix of powers G^(c-1-c'), c' < c (exponents >= 0 only: no division by
+    small powers; without decay a matrix of ones: a product, not a cumulative sum, which is
+    slow along this dimension), the last state carried between blocks.
     """
     n, shape = x.shape[2], x.shape[3:]
-    if log_decay is None:
-        incl = x.cumsum(2)
-        starts = torch.cat([torch.zeros_like(x[:, :, :1]), incl[:, :, :-1]], 2)
-        final = incl[:, :, -1]
-        if init is not None:
-            starts, final = starts + init.unsqueeze(2), final + init
-        return starts, final
     x = x.flatten(3)
     m = min(n, SCAN_BLOCK)
     c = torch.arange(m + 1, dtype=x.dtype, device=x.device)
     power = c[:, None] - 1 - c[None, :m]  # [m+1, m]: c - 1 - c'
-    lg = log_decay[:, None, None]
-    powers = torch.exp(power.clamp(min=0) * lg) * (power >= 0)  # [H, m+1, m]
-    init_powers = torch.exp(c * lg[..., 0])  # [H, m+1]: G^c
+    if log_decay is None:
+        powers = (power >= 0).to(x.dtype)[None]  # [1, m+1, m]
+        init_powers = torch.ones_like(c)[None]  # [1, m+1]
+    else:
+        lg = log_decay[:, None, None]
+        powers = torch.exp(power.clamp(min=0) * lg) * (power >= 0)  # [H, m+1, m]
+        init_powers = torch.exp(c * lg[..., 0])  # [H, m+1]: G^c
     carry = None if init is None else init.flatten(2)
     starts = []
     for b0 in range(0, n, m):
@@ -533,7 +735,8 @@ def delta_rule(
         o, state = _delta_recurrent(q, k, v, beta, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        o, state = _in_blocks(_delta_chunks, (q, k, v, beta), 2, size, initial_state)
+        chunks = partial(_delta_chunks, keep=return_state)
+        o, state = _in_blocks(chunks, (q, k, v, beta), 2, size, initial_state)
     return (o, state) if return_state else o
 
 
@@ -555,42 +758,52 @@ def _delta_recurrent(
 
 
 def _delta_chunks(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None, last: bool
-) -> tuple[Tensor, Tensor]:
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    L: int,
+    S: Tensor | None,
+    last: bool,
+    keep: bool = True,
+) -> tuple[Tensor, Tensor | None]:
     """T = n*L steps as n chunks. In a chunk the pseudo-values u_i = beta_i (v_i - S_{i-1}^T k_i)
     satisfy (I + tril(diag(beta) K K^T, -1)) U = diag(beta) (V - K S_start), so
     U = U0 - W S_start with [W | U0] = (I + tril(...))^{-1} diag(beta) [K | V] for all chunks
     at once. With S_i = S_start + sum_{j<=i} k_j u_j^T, everything but the state is then a
     product with S_start, computed for all chunks at once:
 
-        O = tril(Q K^T) U0 + (Q - tril(Q K^T) W) S_start
+        O = tril(Q K^T) (U0 - W S_start) + Q S_start
         S_end = (I - K^T W) S_start + K^T U0
 
-    and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each)."""
+    and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each). One
+    chunk from the empty state needs no S_start, and no S_end unless it is kept (`keep`) or
+    another block follows."""
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     n = T // L
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
-    causal = torch.ones(L, L, dtype=q.dtype, device=q.device).tril()
-    kb = kc * bc
+    kt = kc.transpose(-1, -2)
     # unit lower-triangular system: the solver takes the diagonal as 1 and reads only below it
-    A = (kb @ kc.transpose(-1, -2)) * causal.tril(-1)
+    # (its gradient too), so diag(beta) K K^T needs no mask
     WU = torch.linalg.solve_triangular(
-        A, torch.cat([kb, vc * bc], -1), upper=False, unitriangular=True
+        (kc * bc) @ kt, torch.cat([kc, vc], -1) * bc, upper=False, unitriangular=True
     )
     W, U0 = WU.split([D, Dv], -1)
-    scores = (qc @ kc.transpose(-1, -2)) * causal
-    kt = kc.transpose(-1, -2)
-    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
+    scores = (qc @ kt).tril_()  # tril(Q K^T), in place (the product's backward needs no output)
     if S is None and n == 1:  # one chunk from the empty state: no product with S_start
-        return (scores @ U0).reshape(B, H, T, Dv), update[:, :, 0]
+        final = (kt @ U0)[:, :, 0] if keep or not last else None
+        return (scores @ U0).reshape(B, H, T, Dv), final
+    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
     decay = torch.eye(D, dtype=q.dtype, device=q.device) - kt @ W  # [B, H, n, D, D]
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
     starts = []
     for decay_c, update_c in zip(decay.unbind(2), update.unbind(2), strict=True):
         starts.append(S)
-        S = update_c + decay_c @ S
-    o = scores @ U0 + (qc - scores @ W) @ torch.stack(starts, 2)
+        S = torch.baddbmm(update_c.flatten(0, 1), decay_c.flatten(0, 1), S.flatten(0, 1))
+        S = S.view(B, H, D, Dv)
+    starts = torch.stack(starts, 2)
+    o = scores @ (U0 - W @ starts) + qc @ starts
     return o.reshape(B, H, T, Dv), S

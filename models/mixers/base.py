@@ -71,10 +71,11 @@ class MultiHeadMixer(Mixer):
         self.out = nn.Linear(d_model, d_model, bias=False)
 
     def split_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """[B, T, d_model] -> q, k, v each [B, H, T, head_dim]."""
+        """[B, T, d_model] -> q, k, v each [B, H, T, head_dim], contiguous (one copy here
+        instead of one in each kernel, feature map or matmul that reads them)."""
         b, t, _ = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
-        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        return qkv.permute(2, 0, 3, 1, 4).contiguous().unbind(0)
 
     def merge_heads(self, o: torch.Tensor) -> torch.Tensor:
         """[B, H, T, head_dim] -> out-projected [B, T, d_model]."""

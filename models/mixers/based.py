@@ -18,7 +18,8 @@ class Based(Mixer):
     to `feature_dim` per head, phi(q)^T phi(k) = 1 + s + s^2/2 (D = 1 + f + f^2: 273 for
     f = 16), v = head_dim per head, normalised (eq. 9); the Taylor kernel is >= 1/2, so the
     denominator never vanishes. Window branch: softmax over the last `window` tokens with its
-    own projections (`models.mixers.sliding_window`).
+    own projections (`models.mixers.sliding_window`, in blocks of its own default size;
+    `chunk_size` is the linear branch's).
     Based stacks the two as separate layers; here they share one mixer and their outputs add.
     State per layer: H * (D * head_dim + D) + 2 * min(T, window) * d_model floats.
     """
@@ -37,7 +38,7 @@ class Based(Mixer):
         self.linear = KernelAttention(
             d_model, n_heads, "taylor", qk_dim=feature_dim, mode=mode, chunk_size=chunk_size
         )
-        self.window_attention = SlidingWindowAttention(d_model, n_heads, window, mode, chunk_size)
+        self.window_attention = SlidingWindowAttention(d_model, n_heads, window, mode)
 
     @property
     def feature_dim(self) -> int:

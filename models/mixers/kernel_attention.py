@@ -83,7 +83,8 @@ class KernelAttention(MultiHeadMixer):
         return self.feature_map.out_dim
 
     def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_dim]."""
+        """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_dim]; contiguous (the feature maps and
+        the chunk kernel would otherwise each copy them)."""
         if not self.separate_qk:
             return self.split_heads(x)
         b, t, _ = x.shape
@@ -113,21 +114,32 @@ class KernelAttention(MultiHeadMixer):
                 self.feature_map.redraw(int(self.train_calls) // self.redraw_every)
         q, k, v = self.features(x)
         with autocast_off(x):
-            o = self.attend(q, k, v, mode=self.mode, chunk_size=self.chunk_size)
-            if self.watch_denominator:
-                self.check_denominator(q, k)
+            if self.watch_denominator:  # eq. 9 by hand, its denominators checked first
+                num, den = self.numerator_and_denominator(q, k, v)
+                self.check_denominator(den)
+                o = num / (den + self.eps)
+            else:
+                o = self.attend(q, k, v, mode=self.mode, chunk_size=self.chunk_size)
         return self.merge_heads(o.to(x.dtype))
 
+    def numerator_and_denominator(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """phi(q_t)^T S_t and phi(q_t)^T z_t of eq. 9: the kernel without its normaliser on
+        [v | 1], whose last column is the denominator, so that checking it costs no second
+        pass over the sequence."""
+        v_and_ones = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+        out = linear_attention(
+            q, k, v_and_ones, normalize=False, mode=self.mode, chunk_size=self.chunk_size
+        )
+        return out.split([v.shape[-1], 1], -1)
+
     @torch.no_grad()
-    def check_denominator(self, q: torch.Tensor, k: torch.Tensor) -> None:
+    def check_denominator(self, den: torch.Tensor) -> None:
         """With signed features the weights phi(q_t)^T phi(k_s) of eq. 9 need not sum to a
         positive number. Raise `DenominatorCollapse` when more than `collapse_fraction` of the
-        denominators phi(q_t)^T z_t are <= 0 (or any is NaN): the output is then no longer an
-        average of values at all. Nothing is ever clamped."""
-        ones = torch.ones_like(k[..., :1])
-        den = linear_attention(
-            q, k, ones, normalize=False, mode=self.mode, chunk_size=self.chunk_size
-        )
+        denominators `den` = phi(q_t)^T z_t are <= 0 (or any is NaN): the output is then no
+        longer an average of values at all. Nothing is ever clamped."""
         fraction = (den <= 0).float().mean().item()
         if not fraction <= self.collapse_fraction:  # also catches NaN
             raise DenominatorCollapse(

@@ -15,16 +15,20 @@ from models.kernels import check_mode
 from models.mixers.base import MultiHeadMixer, State
 
 
-def window_mask(
-    t_q: torch.Tensor, t_k: torch.Tensor, window: int, seq_len: int | None = None
-) -> torch.Tensor:
+def window_mask(t_q: torch.Tensor, t_k: torch.Tensor, window: int) -> torch.Tensor:
     """Boolean mask [..., len(t_q), len(t_k)]: key position s is visible from query position t
-    iff 0 <= t - s < window (and 0 <= s < seq_len when seq_len is given)."""
+    iff 0 <= t - s < window and s >= 0 (positions below 0 are padding)."""
     lag = t_q[..., :, None] - t_k[..., None, :]
-    keep = (lag >= 0) & (lag < window)
-    if seq_len is not None:
-        keep &= (t_k[..., None, :] >= 0) & (t_k[..., None, :] < seq_len)
-    return keep
+    return (lag >= 0) & (lag < window) & (t_k[..., None, :] >= 0)
+
+
+def blocks_with_window(x: torch.Tensor, C: int, P: int) -> torch.Tensor:
+    """[B, H, n*C, d] -> [B, H, n, P + C, d]: block c holds positions c*C - P ... c*C + C - 1,
+    zeros before position 0 (P <= C: the tail of the previous block, then the block)."""
+    B, H, T, d = x.shape
+    blocks = x.view(B, H, T // C, C, d)
+    before = F.pad(blocks[:, :, :-1, C - P :], (0, 0, 0, 0, 1, 0))  # block 0: zeros
+    return torch.cat([before, blocks], 3)
 
 
 def sliding_window_attention(
@@ -33,38 +37,35 @@ def sliding_window_attention(
     """o_t = sum_{t-window < s <= t} softmax_s(q_t^T k_s / sqrt(d)) v_s; q, k, v [B, H, T, d].
 
     - "parallel": one T x T banded mask;
-    - "chunk": blocks of `chunk_size` queries, each against the window - 1 keys before the block
-      and the block itself (memory O(T (chunk_size + window)));
+    - "chunk": blocks of C = max(chunk_size, window - 1) queries, each against the window - 1
+      keys before the block and the block itself (memory O(T (C + window)); a block of about
+      the window's length wastes the least work on masked pairs);
     - "recurrent": one query at a time against its window (the specification).
     """
     B, H, T, d = q.shape
     pos = torch.arange(T, device=q.device)
     if mode == "parallel":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(pos, pos, window))
+    scale = 1 / math.sqrt(d)
     if mode == "recurrent":
-        scale = 1 / math.sqrt(d)
         outs = []
         for t in range(T):
             lo = max(0, t - window + 1)
             scores = (q[:, :, t : t + 1] @ k[:, :, lo : t + 1].transpose(-1, -2)) * scale
             outs.append(scores.softmax(-1) @ v[:, :, lo : t + 1])
         return torch.cat(outs, 2)
-    C, P = chunk_size, window - 1
+    P = window - 1
+    C = max(chunk_size, P)
     n = math.ceil(T / C)
-    pad = n * C - T
-
-    def blocks(x: torch.Tensor) -> torch.Tensor:
-        """[B, H, T, d] -> [B, H, n, P + C, d]: chunk c's keys are positions c*C - P ... c*C+C-1."""
-        x = F.pad(x, (0, 0, P, pad))
-        return x.unfold(2, P + C, C).transpose(-1, -2)
-
-    q_blocks = F.pad(q, (0, 0, 0, pad)).reshape(B, H, n, C, d)
+    q, k, v = (F.pad(x, (0, 0, 0, n * C - T)) for x in (q, k, v))  # padded queries see
+    # padded keys (zeros) at least at their own position, and no real query sees them
     starts = torch.arange(n, device=q.device)[:, None] * C
     t_q = starts + torch.arange(C, device=q.device)  # [n, C]
     t_k = starts - P + torch.arange(P + C, device=q.device)  # [n, P + C]
-    mask = window_mask(t_q, t_k, window, T)  # every row keeps at least its own position
-    o = F.scaled_dot_product_attention(q_blocks, blocks(k), blocks(v), attn_mask=mask)
-    return o.reshape(B, H, n * C, -1)[:, :, :T]
+    scores = (q * scale).view(B, H, n, C, d) @ blocks_with_window(k, C, P).transpose(-1, -2)
+    scores = scores.masked_fill_(~window_mask(t_q, t_k, window), float("-inf"))
+    o = scores.softmax(-1) @ blocks_with_window(v, C, P)  # every row keeps its own position
+    return o.view(B, H, n * C, d)[:, :, :T]
 
 
 @register("sliding_window")
@@ -78,7 +79,7 @@ class SlidingWindowAttention(MultiHeadMixer):
         n_heads: int = 2,
         window: int = 16,
         mode: str = "chunk",
-        chunk_size: int = 64,
+        chunk_size: int = 16,
     ) -> None:
         super().__init__(d_model, n_heads)
         require_int("window", window, 1)

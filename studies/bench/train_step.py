@@ -6,11 +6,12 @@ mixer replaced by the identity: the rest of the model alone, the ceiling of any 
 
 The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
 (its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
-plus `Settings.step_overrides`. Steps of every mixer at one T are interleaved (one step of
+plus `Settings.step_overrides`, with the run's optimiser (`harness.optim.adamw`; the run also
+clips gradients, left out here). Steps of every mixer at one T are interleaved (one step of
 each, repeated), so that a change of machine load during the run slows every mixer alike;
 each mixer's time is its median step, on the wall clock or (`--clock cpu`) the process's CPU
-time. Peak memory: the rise of the process's peak RSS over
-the first timed step, after a warm-up step that allocated AdamW's moments.
+time. Peak memory: the rise of the process's peak RSS over the first timed step, after a
+warm-up step that allocated AdamW's moments.
 """
 
 import statistics
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from harness.optim import adamw
 from harness.results import params_of
 from models import MIXERS
 from models.backbone import LanguageModel
@@ -88,9 +90,7 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
             block.mixer = torch.nn.Identity()
     if s.compile:
         model.compile()
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
-    )
+    optimizer = adamw(model, cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.decay)
     batch = max(1, s.step_tokens // T)
     g = torch.Generator().manual_seed(T)
     tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g).to(s.device)

@@ -7,7 +7,7 @@ import torch
 
 from models import MIXERS, build_mixer
 
-CHECKS_DENOMINATOR = {"rff": 2}  # the check's .item(), before and after its kernel call
+CHECKS_DENOMINATOR = {"rff": 2}  # the check's .item(), counted in its frame and in forward's
 
 
 @pytest.mark.parametrize("name", MIXERS.names())

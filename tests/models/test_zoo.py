@@ -12,6 +12,7 @@ from models.backbone import LanguageModel
 from models.kernels import MODES, linear_attention, linear_attention_cumsum
 from models.mixers.base import DenominatorCollapse
 from models.mixers.rwkv import token_shift
+from models.mixers.sliding_window import sliding_window_attention
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -128,6 +129,23 @@ def test_sliding_window_ignores_tokens_outside_the_window(mode: str) -> None:
     torch.testing.assert_close(y[:, :5], y2[:, :5])  # before it
     assert (y[:, 5:9] - y2[:, 5:9]).abs().amax(-1).min() > 1e-6  # tokens 5..8 see it
     torch.testing.assert_close(y[:, 9:], y2[:, 9:])  # token 9's window is 6..9
+
+
+@pytest.mark.parametrize("T", [1, 7, 37])
+@pytest.mark.parametrize(("window", "chunk_size"), [(1, 4), (4, 3), (5, 16), (16, 16), (20, 8)])
+def test_sliding_window_chunk_form_matches_recurrent(T: int, window: int, chunk_size: int) -> None:
+    """The blocked form (blocks of max(chunk_size, window - 1) queries, padded at the end)
+    against the step loop, forward and backward, window shorter and longer than a block."""
+    gen = torch.Generator().manual_seed(T + window)
+    leaves = [torch.randn(2, 3, T, 5, generator=gen, dtype=torch.float64) for _ in range(3)]
+    outputs = {}
+    for mode in ("recurrent", "chunk"):
+        inputs = [x.clone().requires_grad_() for x in leaves]
+        o = sliding_window_attention(*inputs, window=window, mode=mode, chunk_size=chunk_size)
+        outputs[mode] = (o, torch.autograd.grad(o.sin().sum(), inputs))
+    torch.testing.assert_close(outputs["chunk"][0], outputs["recurrent"][0])
+    for g, g_ref in zip(outputs["chunk"][1], outputs["recurrent"][1], strict=True):
+        torch.testing.assert_close(g, g_ref)
 
 
 def test_rwkv_time_mix_is_eq_11() -> None:

@@ -5,6 +5,8 @@ ELU+1 by default, eq. 5; FAVOR+, eq. 7; Based's Taylor map), `favor` (FAVOR+ wit
 defaults), `identity` (Exercise 2), `rff` (eq. 6).
 """
 
+import math
+
 import torch
 from torch import nn
 
@@ -168,13 +170,33 @@ LINEAR_FEATURE_MAPS = ("elu", "favor", "taylor")
 """The positive feature maps `linear` takes: nothing else in the architecture changes."""
 
 
+def taylor_input_dim(feature_dim: int) -> int:
+    """The q, k width d whose Taylor features number feature_dim = 1 + d + d^2; refused (one
+    line naming the allowed values) when there is none."""
+    d = round((math.sqrt(4 * feature_dim - 3) - 1) / 2) if feature_dim >= 1 else 0
+    allowed = ", ".join(str(1 + i + i * i) for i in range(1, 10))
+    require(
+        d >= 1 and 1 + d + d * d == feature_dim,
+        "feature_dim",
+        feature_dim,
+        f"1 + d + d^2 for the taylor map ({allowed}, ...)",
+    )
+    return d
+
+
 @register("linear")
 class LinearAttention(KernelAttention):
     """Normalised linear attention (eq. 8-9) with a positive feature map: `elu` (ELU+1,
-    Katharopoulos et al. 2020, eq. 5; D = qk_dim), `favor` (FAVOR+, eq. 7; D = feature_dim,
-    default qk_dim) or `taylor` (Based's map; D = 1 + qk_dim + qk_dim^2). Only the map
+    Katharopoulos et al. 2020, eq. 5; D = qk_dim), `favor` (FAVOR+, eq. 7; D random features
+    of qk_dim inputs) or `taylor` (Based's map; D = 1 + qk_dim + qk_dim^2). Only the map
     changes between them, so a sweep over `model.feature_map` compares feature maps inside
-    one architecture; `qk_dim` sets the width phi sees (None = head_dim)."""
+    one architecture; `qk_dim` sets the width phi sees (None = head_dim).
+
+    `feature_dim` is D, the state's feature dimension, for every map, so that a sweep over
+    `model.feature_map` x `model.feature_dim` compares the maps at equal state (H (D d_v + D)
+    floats): ELU+1 then projects q, k to D, Taylor to the d with 1 + d + d^2 = D (D = 7, 21,
+    73 for d = 2, 4, 8), FAVOR+ draws D features (of head_dim inputs unless qk_dim is set).
+    Setting both feature_dim and qk_dim is refused where they disagree."""
 
     def __init__(
         self,
@@ -187,6 +209,16 @@ class LinearAttention(KernelAttention):
         chunk_size: int = 64,
     ) -> None:
         require_choice("feature_map", feature_map, LINEAR_FEATURE_MAPS)
+        if feature_map != "favor" and feature_dim is not None:
+            require_int("feature_dim", feature_dim, 1)
+            implied = feature_dim if feature_map == "elu" else taylor_input_dim(feature_dim)
+            require(
+                qk_dim in (None, implied),
+                "qk_dim",
+                qk_dim,
+                f"None or {implied}: feature_dim={feature_dim} sets it for the {feature_map} map",
+            )
+            qk_dim, feature_dim = implied, None
         super().__init__(
             d_model, n_heads, feature_map, feature_dim, qk_dim, mode=mode, chunk_size=chunk_size
         )

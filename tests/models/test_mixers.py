@@ -158,6 +158,25 @@ def test_linear_feature_maps_set_the_state_they_hold() -> None:
         assert mixer.state_size(100) == heads * (D * head_dim + D), feature_map
 
 
+@pytest.mark.parametrize("feature_map", ["elu", "taylor", "favor"])
+@pytest.mark.parametrize("D", [7, 21])
+def test_linear_feature_dim_is_the_state_feature_dimension_for_every_map(feature_map, D) -> None:
+    """model.feature_map x model.feature_dim compares the maps at equal state: D features for
+    each (ELU+1 on D-dim q, k; Taylor on d with 1 + d + d^2 = D; FAVOR+ D random features)."""
+    mixer = make("linear", feature_map=feature_map, feature_dim=D)
+    assert mixer.feature_dim == D
+    assert mixer.state_size(100) == 2 * (D * (D_MODEL // 2) + D)
+    x = torch.randn(2, 16, D_MODEL)
+    assert mixer(x).shape == x.shape
+
+
+def test_linear_feature_dim_refusals_name_what_is_allowed() -> None:
+    with pytest.raises(ValueError, match=r"feature_dim.*10.*1 \+ d \+ d\^2.*7, 13, 21"):
+        make("linear", feature_map="taylor", feature_dim=10)
+    with pytest.raises(ValueError, match=r"qk_dim.*8.*None or 7"):
+        make("linear", feature_map="elu", feature_dim=7, qk_dim=8)
+
+
 def test_based_linear_branch_is_linear_attention_with_the_taylor_map() -> None:
     """Based = `linear` (Taylor map, qk_dim = Based's feature_dim) + a sliding window."""
     based = make("based", feature_dim=4)

@@ -9,6 +9,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from harness.convergence import left_floor
+
 KNOWN_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)",  # torch's pytree deprecation, raised by Lightning
     r".*weights_only",  # torch.load's default changed; our checkpoints are our own
@@ -102,7 +104,7 @@ def why_not_converged(record: dict) -> str:
     train = record.get("train") or {}
     curve, floor = train.get("val_curve") or [], train.get("floor")
     min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", 0.01)
-    if floor is not None and curve and max(acc for _, acc in curve) <= floor + min_delta:
+    if floor is not None and curve and not left_floor(curve, floor, min_delta):
         return f"still at the binding-free floor {floor:.3f} when the budget ran out"
     return "budget ran out while improving"
 

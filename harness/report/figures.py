@@ -63,9 +63,14 @@ def accuracy_figure(
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in drawable if in_panel(p, task, values)]
-        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, together)
+        ticks = tick_notes(mine, x, together)
+        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, [] if ticks else together)
         draw_baselines(ax, mine, x)
         log2_axis(ax, [p.get(x) for p in drawable], "bytes" if x == "state_bytes" else "length")
+        if ticks:
+            ax.xaxis.set_major_formatter(
+                lambda v, _, notes=ticks: f"{v:g}\n{notes.get(f'{v:g}', '')}"
+            )
         ax.set_xlabel(AXIS_TITLES.get(x, x))
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
@@ -73,6 +78,19 @@ def accuracy_figure(
     unplaced = [p for p in points if p not in placed]
     finish(fig, axes, points, title, unplaced)
     return fig
+
+
+def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, str]:
+    """The parameters swept together with `x` as one note per x value ("seq_len=64"), when
+    every point at that x shares them (retrieval_gap's length and batch at each number of
+    pairs): written once under the tick rather than beside every model's point. Empty when
+    they differ between models at one x (the width behind each state size)."""
+    notes: dict[str, set[str]] = defaultdict(set)
+    for p in points:
+        notes[f"{float(p.get(x)):g}"].add("\n".join(f"{short(k)}={p.get(k)}" for k in together[:2]))
+    if not together or any(len(texts) > 1 for texts in notes.values()):
+        return {}
+    return {key: texts.pop() for key, texts in notes.items()}
 
 
 def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ()) -> None:

@@ -10,6 +10,7 @@ of it on one self-contained page). The table is printed, and everything is logge
 run per sweep in the sweep's project."""
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -78,9 +79,28 @@ def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
     ]
 
 
+def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], list[str]]:
+    """Swept model parameters whose values are names (`model.feature_map`: elu, taylor, favor)
+    make variants of a model, drawn as lines of their own ("linear elu") in one panel, so
+    that they compare at equal x; numeric ones (`model.feature_dim`) stay axes or panels."""
+    named = [
+        key
+        for key in point_keys
+        if key.startswith("model.") and any(isinstance(p.get(key), str) for p in points)
+    ]
+    if not named:
+        return points, point_keys
+    renamed = [
+        replace(p, model=" ".join([p.model, *(str(p.get(k)) for k in named if p.get(k))]))
+        for p in points
+    ]
+    return renamed, [key for key in point_keys if key not in named]
+
+
 def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
     varied, or a task that is not there, is left out)."""
+    points, point_keys = variants(points, point_keys)
     figures = {
         "acc_vs_seq_len": accuracy_figure(
             points, "task.seq_len", point_keys, "Accuracy against sequence length"

@@ -88,7 +88,9 @@ def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, st
     notes: dict[str, set[str]] = defaultdict(set)
     for p in points:
         notes[f"{float(p.get(x)):g}"].add("\n".join(f"{short(k)}={p.get(k)}" for k in together[:2]))
-    if not together or any(len(texts) > 1 for texts in notes.values()):
+    if x == "state_bytes" or len(notes) > 10 or not together:
+        return {}  # the ticks are not at the points' values (`log2_axis`)
+    if any(len(texts) > 1 for texts in notes.values()):
         return {}
     return {key: texts.pop() for key, texts in notes.items()}
 

@@ -48,13 +48,21 @@ SHORT_NAMES = {
 }
 
 
+VARIANT_COLOURS: dict[str, Any] = {}
+"""Colours handed to names outside the registry (a model's variants, "linear elu") in the
+order they are first drawn: Dark2's strong colours, distinct from one another."""
+
+
 def colour(model: str) -> Any:
-    """The model's colour: softmax black, the others tab10 in registry order."""
+    """The model's colour: softmax black, the others tab10 in registry order, variants and
+    unknown names Dark2 in order of appearance."""
     if model == "softmax":
         return "black"
     if model in KNOWN_MODELS:
         return plt.cm.tab10(KNOWN_MODELS.index(model) - 1)
-    return plt.cm.tab20(sum(map(ord, model)) % 20)
+    if model not in VARIANT_COLOURS:
+        VARIANT_COLOURS[model] = plt.cm.Dark2(len(VARIANT_COLOURS) % 8)
+    return VARIANT_COLOURS[model]
 
 
 def model_order(model: str) -> tuple:

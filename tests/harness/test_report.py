@@ -292,3 +292,22 @@ def test_a_refused_length_is_marked_on_the_length_axis(tmp_path: Path) -> None:
     (cross,) = [line for line in ax.get_lines() if line.get_gid() == "not ok:softmax"]
     assert list(cross.get_xdata()) == [8]
     assert tick_labels(ax) == ["8", "24"]
+
+
+def test_a_swept_feature_map_draws_one_line_per_variant_in_one_panel(tmp_path: Path) -> None:
+    """state_frontier: `model.feature_map` x `model.feature_dim` of one model; the maps are
+    compared at equal state, so each is a line ("linear elu") in one panel, not a panel."""
+    records = []
+    for feature_map, accs in (("elu", (0.6, 0.9)), ("taylor", (0.7, 0.95))):
+        for D, acc in zip((7, 21), accs, strict=True):
+            r = record("linear", acc=acc)
+            r["model_params"] = {"n_heads": 2, "feature_map": feature_map, "feature_dim": D}
+            r["state"]["bytes_per_layer"] = 4 * 2 * (D * 32 + D)
+            r["config_hash"] += f"-{feature_map}-{D}"
+            records.append(r)
+    ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].get_axes()
+    assert len(ax) == 1
+    drawn = lines(ax[0], "model")
+    assert sorted(drawn) == ["linear elu", "linear taylor"]
+    assert list(drawn["linear taylor"].get_ydata()) == pytest.approx([0.7, 0.95])
+    assert drawn["linear elu"].get_color() != drawn["linear taylor"].get_color()

@@ -24,7 +24,8 @@ def slice_values(point: Point, name: str) -> dict[int, float]:
 
 def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
     """Depth x length accuracy, one panel per model (and per value of any other varied
-    parameter); a model with no ok job shows why instead of cells."""
+    parameter); a model with no ok job shows why instead of cells; a length whose run had
+    not converged says so under its column (a dark column may be budget, not capacity)."""
     needle = [p for p in points if p.task == "needle"]
     if not needle:
         return None
@@ -42,7 +43,11 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
         ok = [p for p in mine if p.status == "ok" and slice_values(p, "depth_bin")]
         depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
         ax.set_title(" · ".join(filter(None, [model, describe(values)])), fontsize=10)
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        unfinished = {p.get("task.seq_len") for p in mine if p.converged is False}
+        ax.set_xticks(
+            range(len(lengths)),
+            [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths],
+        )
         ax.set_xlabel(AXIS_TITLES["task.seq_len"])
         if not ok:
             ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))

@@ -110,6 +110,19 @@ def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:
     assert any("no ok job" in t.get_text() and "step 640" in t.get_text() for t in rff.texts)
 
 
+def test_needle_heatmap_says_which_lengths_had_not_converged(tmp_path: Path) -> None:
+    """A dark column may be the budget, not the state: its tick says so."""
+    records = []
+    for seq_len, converged in ((32, True), (128, False)):
+        depth = {f"test/acc_by/depth_bin/{b}": 0.9 if converged else 0.1 for b in range(11)}
+        records.append(
+            record("linear", task="needle", seq_len=seq_len, metrics=depth, converged=converged)
+        )
+    figures = figures_of(write_sweep(tmp_path / "sweep", records))
+    (ax,) = [a for a in figures["needle_heatmap"].get_axes() if a.get_title() == "linear"]
+    assert tick_labels(ax) == ["32", "128\nnot converged"]
+
+
 def test_one_colour_per_model_in_every_figure(tmp_path: Path) -> None:
     figures = figures_of(needle_grid(tmp_path / "sweep"))
     colours: dict[str, set] = {}

@@ -68,8 +68,8 @@ def test_run_config_composes_presets(where: dict) -> None:
     assert record["status"] == "ok"
     assert (record["task"], record["task_params"]["num_kv_pairs"], record["seq_len"]) == (
         "assoc_recall",
-        4,
-        32,  # ${mul:8,${task.num_kv_pairs}}
+        8,
+        64,  # ${mul:8,${task.num_kv_pairs}}
     )
 
 

@@ -85,13 +85,13 @@ def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, st
     every point at that x shares them (retrieval_gap's length and batch at each number of
     pairs): written once under the tick rather than beside every model's point. Empty when
     they differ between models at one x (the width behind each state size)."""
+    if x == "state_bytes" or not together:
+        return {}  # state ticks are powers of two, not the points' values (`log2_axis`)
     notes: dict[str, set[str]] = defaultdict(set)
     for p in points:
         notes[f"{float(p.get(x)):g}"].add("\n".join(f"{short(k)}={p.get(k)}" for k in together[:2]))
-    if x == "state_bytes" or len(notes) > 10 or not together:
-        return {}  # the ticks are not at the points' values (`log2_axis`)
-    if any(len(texts) > 1 for texts in notes.values()):
-        return {}
+    if len(notes) > 10 or any(len(texts) > 1 for texts in notes.values()):
+        return {}  # ticks at powers of two again, or the notes differ between models
     return {key: texts.pop() for key, texts in notes.items()}
 
 

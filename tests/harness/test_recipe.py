@@ -183,15 +183,13 @@ def test_a_plateau_counts_only_above_the_binding_free_floor(curve, floor, platea
     assert converged(curve, None, 3, 0.01, floor) is plateau
 
 
+FLAT_RUN = ["optim.lr=1e-9", "trainer.val_check_interval=5", "plateau.patience=2"]
+"""lr 1e-9: the weights hardly move, validation accuracy stays flat at chance."""
+
+
 def test_a_run_at_the_floor_is_not_stopped_and_not_converged(make_cfg) -> None:
-    # lr 1e-9: the weights hardly move, validation accuracy stays at chance, the floor
-    overrides = [
-        "optim.lr=1e-9",
-        "trainer.max_steps=20",
-        "trainer.val_check_interval=5",
-        "plateau.patience=2",
-    ]
-    record = run(make_cfg([*TINY, *overrides]))
+    # flat at chance, which is the floor here
+    record = run(make_cfg([*TINY, *FLAT_RUN, "trainer.max_steps=20"]))
     train = record["train"]
     assert train["stopped_by"] == "max_steps" and train["steps"] == 20
     assert train["converged"] is False
@@ -202,12 +200,7 @@ def test_a_run_at_the_floor_is_not_stopped_and_not_converged(make_cfg) -> None:
 def test_a_flat_run_above_the_floor_stops_on_its_plateau(make_cfg, monkeypatch) -> None:
     # the same flat run, judged against a floor below it: a plateau, so it stops
     monkeypatch.setattr(harness.train, "validation_floor", lambda parts: -1.0)
-    overrides = [
-        "optim.lr=1e-9",
-        "trainer.max_steps=100",
-        "trainer.val_check_interval=5",
-        "plateau.patience=2",
-    ]
+    overrides = [*FLAT_RUN, "trainer.max_steps=100"]
     record = run(make_cfg([*TINY, *overrides]))
     train = record["train"]
     assert train["stopped_by"] == "plateau" and train["converged"] is True

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.console import human_bytes, interrupted, job_line, quiet, show_progress_bar
+from harness.console import (
+    human_bytes,
+    interrupted,
+    job_line,
+    quiet,
+    show_progress_bar,
+    strongest_baseline,
+)
 from tests.conftest import SMALL_RECALL, cli_command, cli_env
 
 OK = {
@@ -42,6 +49,19 @@ def test_job_line_says_everything_in_one_line() -> None:
     ):
         assert part in line, (part, line)
     assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("baselines", "named"),
+    [
+        ({"chance": 0.008, "elimination": 0.12504, "in_context": 0.12497}, ("in_context", 0.12497)),
+        ({"chance": 0.008, "elimination": 0.34, "in_context": 0.125}, ("elimination", 0.34)),
+        ({"in_context": 0.2, "chance": 0.2}, ("chance", 0.2)),
+    ],
+)
+def test_the_line_names_the_least_informed_of_equal_baselines(baselines, named) -> None:
+    metrics = {f"test/baseline/{name}": value for name, value in baselines.items()}
+    assert strongest_baseline(metrics) == named
 
 
 @pytest.mark.parametrize(

@@ -39,11 +39,11 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
     image = None
     for ax, (model, values) in zip(axes, layout, strict=True):
         mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
-        lengths = sorted({p.get("task.seq_len") for p in mine}, key=sort_key)
+        lengths = sorted({p.seq_len for p in mine}, key=sort_key)
         ok = [p for p in mine if p.status == "ok" and slice_values(p, "depth_bin")]
         depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
         ax.set_title(" · ".join(filter(None, [model, describe(values)])), fontsize=10)
-        unfinished = {p.get("task.seq_len") for p in mine if p.converged is False}
+        unfinished = {p.seq_len for p in mine if p.converged is False}
         ax.set_xticks(
             range(len(lengths)),
             [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths],
@@ -66,7 +66,7 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
             continue
         cells = np.full((len(depths), len(lengths)), np.nan)
         for p in ok:
-            column = lengths.index(p.get("task.seq_len"))
+            column = lengths.index(p.seq_len)
             for depth, acc in slice_values(p, "depth_bin").items():
                 cells[depths.index(depth), column] = acc
         image = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")

@@ -123,6 +123,15 @@ def test_needle_heatmap_says_which_lengths_had_not_converged(tmp_path: Path) -> 
     assert tick_labels(ax) == ["32", "128\nnot converged"]
 
 
+def test_needle_heatmap_of_one_length_names_it(tmp_path: Path) -> None:
+    """A sweep at one length (seq_len not varied) still labels its column with the length."""
+    depth = {f"test/acc_by/depth_bin/{b}": 0.9 for b in range(11)}
+    records = [record(m, task="needle", seq_len=128, metrics=depth) for m in ("linear", "softmax")]
+    figures = figures_of(write_sweep(tmp_path / "sweep", records))
+    (ax,) = [a for a in figures["needle_heatmap"].get_axes() if a.get_title() == "linear"]
+    assert tick_labels(ax) == ["128"]
+
+
 def test_one_colour_per_model_in_every_figure(tmp_path: Path) -> None:
     figures = figures_of(needle_grid(tmp_path / "sweep"))
     colours: dict[str, set] = {}

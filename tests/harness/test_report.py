@@ -110,26 +110,35 @@ def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:
     assert any("no ok job" in t.get_text() and "step 640" in t.get_text() for t in rff.texts)
 
 
+def depth_slices(acc: float) -> dict[str, float]:
+    """A needle record's accuracy `acc` in every depth bin."""
+    return {f"test/acc_by/depth_bin/{b}": acc for b in range(11)}
+
+
+def heatmap_panel(folder: Path, records: list[dict], model: str):
+    """The needle heatmap's panel of `model` in the report of `records`."""
+    figures = figures_of(write_sweep(folder, records))
+    (ax,) = [a for a in figures["needle_heatmap"].get_axes() if a.get_title() == model]
+    return ax
+
+
 def test_needle_heatmap_says_which_lengths_had_not_converged(tmp_path: Path) -> None:
     """A dark column may be the budget, not the state: its tick says so."""
-    records = []
-    for seq_len, converged in ((32, True), (128, False)):
-        depth = {f"test/acc_by/depth_bin/{b}": 0.9 if converged else 0.1 for b in range(11)}
-        records.append(
-            record("linear", task="needle", seq_len=seq_len, metrics=depth, converged=converged)
-        )
-    figures = figures_of(write_sweep(tmp_path / "sweep", records))
-    (ax,) = [a for a in figures["needle_heatmap"].get_axes() if a.get_title() == "linear"]
+    records = [
+        record("linear", task="needle", seq_len=n, metrics=depth_slices(acc), converged=done)
+        for n, acc, done in ((32, 0.9, True), (128, 0.1, False))
+    ]
+    ax = heatmap_panel(tmp_path / "sweep", records, "linear")
     assert tick_labels(ax) == ["32", "128\nnot converged"]
 
 
 def test_needle_heatmap_of_one_length_names_it(tmp_path: Path) -> None:
     """A sweep at one length (seq_len not varied) still labels its column with the length."""
-    depth = {f"test/acc_by/depth_bin/{b}": 0.9 for b in range(11)}
-    records = [record(m, task="needle", seq_len=128, metrics=depth) for m in ("linear", "softmax")]
-    figures = figures_of(write_sweep(tmp_path / "sweep", records))
-    (ax,) = [a for a in figures["needle_heatmap"].get_axes() if a.get_title() == "linear"]
-    assert tick_labels(ax) == ["128"]
+    records = [
+        record(m, task="needle", seq_len=128, metrics=depth_slices(0.9))
+        for m in ("linear", "softmax")
+    ]
+    assert tick_labels(heatmap_panel(tmp_path / "sweep", records, "linear")) == ["128"]
 
 
 def test_one_colour_per_model_in_every_figure(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from common.checks import require_choice, require_int
 
 MODES = ("chunk", "parallel", "recurrent")
 SCAN_BLOCK = 64  # chunks per block of the decayed state scan (bounds its [n x n] matrix)
+TILE_BYTES = 1 << 21  # in-chunk weights of the chunk kernel per tile: within a core's cache
 
 LinearState = tuple[Tensor, Tensor]  # (S [B, H, D, Dv], z [B, H, D])
 WKVState = tuple[Tensor, Tensor, Tensor]  # (num, den, max exponent), each [B, C]
@@ -322,8 +323,7 @@ class _Chunks:
         )
         o = o.view(B, H, T, E)
         if self.normalize:
-            num, den = o.split([E - 1, 1], -1)
-            return num / (den + self.eps), final
+            return normalized(o, self.eps), final
         return (o[..., : E - 1] if self.with_z else o), final
 
 
@@ -345,7 +345,13 @@ class _ChunkAttention(torch.autograd.Function):
     Backward, from dO and d(final): dW = tril(dO v^T) (* weights), dS = dW * M'(s),
     dq = dS k, dk = dS^T q, dv = W^T dO + fk dU, dfq = dO S_c^T, dfk = v dU^T, with
     d(S_c) = fq^T dO carried back through the scan (autograd on a recomputed scan: it is
-    small, [n, D, E] per sequence) to dU, d(init) and d(chunk_log_decay)."""
+    small, [n, D, E] per sequence) to dU, d(init) and d(chunk_log_decay).
+
+    The [C, C] weights of a block are never all held at once: forward and backward run the
+    in-chunk products over `_Tiles` of chunks whose weights fit in a core's cache, and the
+    backward recomputes W from q, k (one more product per tile) instead of keeping it. Over
+    more chunks than the cache holds, every pass over the weights (the product, the mask, the
+    products with v) had been a pass over memory."""
 
     @staticmethod
     def forward(
@@ -361,18 +367,6 @@ class _ChunkAttention(torch.autograd.Function):
         taylor: bool,
     ) -> tuple[Tensor, Tensor | None]:
         C, E = q.shape[-2], v.shape[-1]
-        scores = q @ k.transpose(-1, -2)  # [B, H, n, C, C]
-        if taylor:
-            w = torch.addcmul(1 + scores, scores, scores, value=0.5)
-        elif weights is not None and weights.requires_grad:
-            w = scores.clone()  # d(weights) needs the scores before weighting
-        else:
-            w = scores
-        if weights is None:
-            w.tril_()
-        else:
-            w.mul_(weights)
-        o = w @ v
         update = starts = final = None
         if fk is not None:
             update = fk.transpose(-1, -2) @ v  # [B, H, n, D, E]: each chunk's own [S | z]
@@ -380,10 +374,18 @@ class _ChunkAttention(torch.autograd.Function):
                 final = update[:, :, 0]
             else:
                 starts, final = _scan_chunks(update, chunk_log_decay, init)
-                o.view(-1, C, E).baddbmm_(fq.reshape(-1, C, fq.shape[-1]), starts.flatten(0, 2))
-        kept = scores if (taylor or w is not scores) else None
+        tiles = _Tiles(q, k, weights, taylor)
+        keep_raw = tiles.single and weights is not None and weights.requires_grad
+        o = v.new_empty(v.shape)
+        o3, v3 = o.view(-1, C, E), v.reshape(-1, C, E)
+        for tile in tiles:
+            scores, w = tiles.weights(tile, keep_raw)
+            torch.bmm(w, v3[tile[0]], out=o3[tile[0]])
+        if starts is not None:
+            o3.baddbmm_(fq.reshape(-1, C, fq.shape[-1]), starts.flatten(0, 2))
+        kept = (scores, w, tiles.raw) if tiles.single else (None, None, None)
         ctx.save_for_backward(
-            q, k, v, fq, fk, weights, w, kept, update, starts, init, chunk_log_decay
+            q, k, v, fq, fk, weights, update, starts, init, chunk_log_decay, *kept
         )
         ctx.taylor = taylor
         ctx.fq_is_q, ctx.fk_is_k = fq is q, fk is k
@@ -392,32 +394,40 @@ class _ChunkAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad_o: Tensor | None, grad_final: Tensor | None) -> tuple:
-        q, k, v, fq, fk, weights, w, scores, update, starts, init, log_decay = ctx.saved_tensors
+        q, k, v, fq, fk, weights, update, starts, init, log_decay, *kept = ctx.saved_tensors
         C, d, E = q.shape[-2], q.shape[-1], v.shape[-1]
         if grad_o is None:
             grad_o = torch.zeros_like(v)
-        grad_w = grad_o @ v.transpose(-1, -2)
+        tiles = _Tiles(q, k, weights, ctx.taylor)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        gq3, gk3, gv3 = grad_q.view(-1, C, d), grad_k.view(-1, C, d), grad_v.view(-1, C, E)
+        go3, v3 = grad_o.reshape(-1, C, E), v.reshape(-1, C, E)
         grad_weights = None
         if ctx.needs_input_grad[5]:
-            H = weights.shape[0]
-            raw = torch.addcmul(1 + scores, scores, scores, value=0.5) if ctx.taylor else scores
-            grad_weights = (grad_w * raw).transpose(0, 1).reshape(H, -1, C, C).sum(1, True)
-        if weights is None:
-            grad_w.tril_()
-        else:
-            grad_w.mul_(weights)
-        if ctx.taylor:
-            grad_w.mul_(scores + 1)  # d(1 + s + s^2/2) / ds = 1 + s
-        grad_q = grad_w @ k
-        grad_k = grad_w.transpose(-1, -2) @ q
-        grad_v = w.transpose(-1, -2) @ grad_o
+            grad_weights = weights.new_zeros(weights.shape[0], C, C)
+        for tile in tiles:
+            chunks = tile[0]
+            if tiles.single:  # the forward's weights
+                scores, w, raw = kept
+            else:
+                scores, w = tiles.weights(tile, keep_raw=grad_weights is not None)
+                raw = tiles.raw
+            grad_w = torch.bmm(go3[chunks], v3[chunks].transpose(-1, -2))
+            if grad_weights is not None:  # before weighting: d(weights) = dW * M(s)
+                tiles.sum_rows_by_head(grad_w * raw, tile, grad_weights)
+            tiles.mask_(grad_w, tile)
+            if ctx.taylor:
+                grad_w.mul_(scores + 1)  # d(1 + s + s^2/2) / ds = 1 + s
+            torch.bmm(grad_w, tiles.k3[chunks], out=gq3[chunks])
+            torch.bmm(grad_w.transpose(-1, -2), tiles.q3[chunks], out=gk3[chunks])
+            torch.bmm(w.transpose(-1, -2), go3[chunks], out=gv3[chunks])
+        if grad_weights is not None:
+            grad_weights = grad_weights.unsqueeze(1)
         grad_fq = grad_fk = grad_init = grad_log_decay = grad_update = None
         if fq is not None:
             grad_starts = fq.transpose(-1, -2) @ grad_o
             if ctx.fq_is_q:  # dq += dO S_c^T, in place
-                grad_q.view(-1, C, d).baddbmm_(
-                    grad_o.reshape(-1, C, E), starts.flatten(0, 2).transpose(-1, -2)
-                )
+                gq3.baddbmm_(go3, starts.flatten(0, 2).transpose(-1, -2))
             else:
                 grad_fq = grad_o @ starts.transpose(-1, -2)
             grad_update, grad_init, grad_log_decay = _scan_chunks_backward(
@@ -427,15 +437,97 @@ class _ChunkAttention(torch.autograd.Function):
             grad_update = grad_final.unsqueeze(2)
         if grad_update is not None:
             D = fk.shape[-1]
-            grad_v.view(-1, C, E).baddbmm_(fk.reshape(-1, C, D), grad_update.flatten(0, 2))
+            gv3.baddbmm_(fk.reshape(-1, C, D), grad_update.flatten(0, 2))
             if ctx.fk_is_k:  # dk += v dU^T, in place
-                grad_k.view(-1, C, d).baddbmm_(
-                    v.reshape(-1, C, E), grad_update.flatten(0, 2).transpose(-1, -2)
-                )
+                gk3.baddbmm_(v3, grad_update.flatten(0, 2).transpose(-1, -2))
             else:
                 grad_fk = v @ grad_update.transpose(-1, -2)
         grads = (grad_q, grad_k, grad_v, grad_fq, grad_fk, grad_weights, grad_init, grad_log_decay)
         return (*grads, None)
+
+
+class _Tiles:
+    """The chunks of a block ([B, H, n, C, .], flattened to B H rows of n chunks) in tiles of
+    whole rows whose [C, C] weights take at most TILE_BYTES (at least one row per tile);
+    iterating gives each tile as (its chunks, its rows). `weights` gives a tile's in-chunk
+    weights W = mask(M(q k^T)), `mask_` applies the mask: the causal tril, or RetNet's
+    g^(i-j) of each row's head (`heads`)."""
+
+    def __init__(self, q: Tensor, k: Tensor, decay_weights: Tensor | None, taylor: bool) -> None:
+        B, H, n, C, d = q.shape
+        self.q3, self.k3 = q.reshape(-1, C, d), k.reshape(-1, C, d)
+        self.taylor, self.decay, self.n, self.rows = taylor, decay_weights, n, B * H
+        self.H, self.per_tile = H, max(1, TILE_BYTES // (n * C * C * q.element_size()))
+        if self.per_tile > H:  # whole sequences: every head's weights broadcast (`mask_`)
+            self.per_tile -= self.per_tile % H
+        if torch.compiler.is_compiling():  # one tile: a graph, not a Python loop unrolled
+            self.per_tile = self.rows
+        self.single = self.per_tile >= self.rows  # then the forward's weights are kept
+        self.heads = torch.arange(H, device=q.device).repeat(B)  # the head of each row
+        self.raw: Tensor | None = None
+
+    def __iter__(self):
+        n, step = self.n, self.per_tile
+        return (
+            (slice(r * n, (r + step) * n), slice(r, r + step)) for r in range(0, self.rows, step)
+        )
+
+    def weights(self, tile: tuple[slice, slice], keep_raw: bool = False) -> tuple[Tensor, Tensor]:
+        """(s, W) for the chunks of `tile`: the scores s = q k^T and the masked weights; with
+        `keep_raw`, M(s) before the mask is kept as `self.raw`. W is s itself, masked in place,
+        unless `taylor` (then s stays as it is, for M'(s))."""
+        chunks = tile[0]
+        scores = torch.bmm(self.q3[chunks], self.k3[chunks].transpose(-1, -2))
+        raw = torch.addcmul(scores + 1, scores, scores, value=0.5) if self.taylor else scores
+        self.raw = raw.clone() if keep_raw else None
+        return scores, self.mask_(raw, tile)
+
+    def mask_(self, x: Tensor, tile: tuple[slice, slice]) -> Tensor:
+        """x [chunks, C, C] of `tile`, masked in place: causal (tril) or times the decay
+        weights (lower triangular already) of each row's head."""
+        if self.decay is None:
+            return x.tril_()
+        C, rows = x.shape[-1], tile[1]
+        if rows.start % self.H == 0 and (min(rows.stop, self.rows) - rows.start) % self.H == 0:
+            x.view(-1, self.H, self.n, C, C).mul_(self.decay)  # whole sequences
+        else:
+            x.view(-1, self.n, C, C).mul_(self.decay[self.heads[rows]])
+        return x
+
+    def sum_rows_by_head(self, x: Tensor, tile: tuple[slice, slice], into: Tensor) -> None:
+        """into[h] += the sum of x [chunks, C, C] over the chunks of `tile` whose row has head h."""
+        C = x.shape[-1]
+        into.index_add_(0, self.heads[tile[1]], x.view(-1, self.n, C, C).sum(1))
+
+
+def normalized(num_den: Tensor, eps: float | Tensor) -> Tensor:
+    """eq. 9's division o = num / (den + eps), from [num | den] [..., Dv + 1] (the chunk
+    kernel's output on [v | 1], den its last column): `_Normalized`."""
+    return _Normalized.apply(num_den, eps)
+
+
+class _Normalized(torch.autograd.Function):
+    """o = num / (den + eps) with a backward of one pass per gradient. With r = 1 / (den + eps):
+
+        d num = dO r,    d den = -(dO . o) r,    d eps = sum of d den
+
+    (autograd's division would make several passes over [..., Dv]: dividing twice, squaring
+    the denominator, negating); o and r are kept, not num."""
+
+    @staticmethod
+    def forward(ctx: Any, num_den: Tensor, eps: float | Tensor) -> Tensor:
+        num, den = num_den.split([num_den.shape[-1] - 1, 1], -1)
+        r = (den + eps).reciprocal_()
+        o = num * r
+        ctx.save_for_backward(o, r)
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, grad_o: Tensor) -> tuple[Tensor, Tensor | None]:
+        o, r = ctx.saved_tensors
+        grad_den = torch.einsum("...d,...d->...", grad_o, o).unsqueeze(-1).mul_(r).neg_()
+        grad_eps = grad_den.sum() if ctx.needs_input_grad[1] else None
+        return torch.cat([grad_o * r, grad_den], -1), grad_eps
 
 
 def _scan_chunks_backward(

@@ -14,7 +14,8 @@ Sections (each a table printed and a CSV `bench_<section>.csv` in `--out`, defau
   (pitfall 1), by log-log interpolation of the measured ratio.
 - `step`: the training step users run (`studies.bench.train_step`): forward + backward + AdamW
   of the default language model with every mixer, tokens per step held fixed, as a ratio to
-  softmax, one thread by default.
+  softmax, one thread by default; with each step's counted FLOPs (`step_flops`), the FLOP/s
+  it reached and softmax's count over its own (the ratio the math allows at equal FLOP/s).
 - `decode`: per-token latency of `mixer.step` (batch 1, one thread) and the state it holds.
 - `tasks`: data generation throughput of every registered task.
 - `lightning`: one training step under Lightning against a bare torch loop.

@@ -75,8 +75,12 @@ def show_step(rows: list[dict], s: Settings) -> None:
     print(f"\ntraining step of the default model (forward + backward + AdamW), {where}{compiled}")
     print("tokens/s relative to softmax measured in the same run:")
     print_table(pivot(rows, "vs_softmax", key="mixer"))
+    print("what the math allows: softmax's FLOPs over the mixer's (the ratio at equal FLOP/s):")
+    print_table(pivot(rows, "flop_bound_vs_softmax", key="mixer"))
     print("tokens/s:")
     print_table(pivot(rows, "tokens_per_s", key="mixer"))
+    print("GFLOP/s reached (matrix products counted, `studies.bench.step_flops`):")
+    print_table(pivot(rows, "gflop_per_s", key="mixer"))
     print("peak memory of a step (MB):")
     print_table(pivot(rows, "peak_mem_mb", key="mixer"))
 

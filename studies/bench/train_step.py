@@ -31,6 +31,7 @@ from harness.results import params_of
 from models import MIXERS
 from models.backbone import LanguageModel
 from studies.bench.settings import Settings
+from studies.bench.step_flops import step_flops
 from studies.measure import PeakMemory, sync
 from studies.threads import torch_threads
 
@@ -56,6 +57,7 @@ class StepCell:
     labels: torch.Tensor
     times: list[float] = field(default_factory=list)
     peak_bytes: int | None = None
+    flops: int = 0  # of the matrix products of one forward + backward (`step_flops`)
     first_step_s: float = 0.0  # wall time of the warm-up step (with torch.compile: compiling)
 
     def step(self) -> None:
@@ -84,21 +86,27 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
         mixer=cfg.model.name,
         mixer_params=params_of(cfg.model),
         **cfg.backbone,
-    ).to(s.device)
+    )
     if name == NO_MIXER:
         for block in model.blocks:
             block.mixer = torch.nn.Identity()
+    batch = max(1, s.step_tokens // T)
+    g = torch.Generator().manual_seed(T)
+    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
+    flops = step_flops(model.train(), tokens[:, :-1], tokens[:, 1:])  # on the CPU: same count
+    model.zero_grad(set_to_none=True)
+    model.to(s.device)
     if s.compile:
         model.compile()
     optimizer = adamw(model, cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.decay)
-    batch = max(1, s.step_tokens // T)
-    g = torch.Generator().manual_seed(T)
-    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g).to(s.device)
-    return StepCell(name, model.train(), optimizer, tokens[:, :-1], tokens[:, 1:])
+    tokens = tokens.to(s.device)
+    return StepCell(name, model, optimizer, tokens[:, :-1], tokens[:, 1:], flops=flops)
 
 
 def step_rows(s: Settings) -> list[dict]:
-    """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, peak memory."""
+    """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, the step's counted
+    FLOPs (`step_flops`), the FLOP/s it reached, softmax's count over its own (the ratio at
+    softmax's FLOP/s: what the math allows), peak memory."""
     with torch_threads(s.step_threads):
         return [row for T in s.step_seq_lens for row in rows_at(T, s)]
 
@@ -119,6 +127,7 @@ def rows_at(T: int, s: Settings) -> list[dict]:
         repeat_steps(cells, s)
     print(f"  step T={T}: done", file=sys.stderr, flush=True)
     seconds = {cell.name: statistics.median(cell.times) for cell in cells}
+    flops = {cell.name: cell.flops for cell in cells}
     batch = cells[0].tokens.shape[0]
     return [
         {
@@ -128,6 +137,9 @@ def rows_at(T: int, s: Settings) -> list[dict]:
             "tokens_per_s": round(batch * T / seconds[cell.name]),
             "vs_softmax": round(seconds[REFERENCE] / seconds[cell.name], 2),
             "ms_per_step": round(1e3 * seconds[cell.name], 1),
+            "gflop_per_step": round(cell.flops / 1e9, 2),
+            "gflop_per_s": round(cell.flops / 1e9 / seconds[cell.name], 1),
+            "flop_bound_vs_softmax": round(flops[REFERENCE] / cell.flops, 2),
             "steps": len(cell.times),
             "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
             "first_step_s": round(cell.first_step_s, 2),

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from models import kernels
 from models.kernels import (
     delta_rule,
     linear_attention,
@@ -115,6 +116,64 @@ def test_linear_attention_many_chunks_with_decay():
     _assert_close(out, ref)
     _assert_close(state[0], ref_state[0])
     _assert_close(state[1], ref_state[1])
+
+
+@pytest.mark.parametrize("rows_per_tile", [1, 2, H])
+@pytest.mark.parametrize("variant", ["causal", "decay", "taylor"])
+def test_chunk_tiles_match_recurrent(monkeypatch, rows_per_tile, variant):
+    """Chunk mode in tiles of a few rows (the weights recomputed in the backward; tiles of
+    whole sequences, of single rows, and tiles that split a sequence's heads), forwards and
+    backwards, against the step loop. 37 steps in chunks of 8: 4 whole chunks and a tail."""
+    T, C = 37, 8
+    monkeypatch.setattr(kernels, "TILE_BYTES", rows_per_tile * (T // C) * C * C * 8)
+    gen = torch.Generator().manual_seed(rows_per_tile)
+    q, k, v = (_randn(gen, B, H, T, n) for n in (D, D, DV))
+    decay = torch.tensor(DECAY, dtype=F64) if variant == "decay" else None
+    state = _linear_state(seed=2)
+    if variant == "taylor":
+        q, k = 0.5 * q, 0.5 * k
+        Df = 1 + D + D * D
+        state = (_randn(gen, B, H, Df, DV), torch.rand(B, H, Df, generator=gen, dtype=F64) + 1)
+    else:
+        q, k = F.elu(q) + 1, F.elu(k) + 1
+    results = []
+    for mode in ("recurrent", "chunk"):
+        leaves = _leaves(q, k, v) + (_leaves(decay) if decay is not None else [])
+        kw = dict(mode=mode, chunk_size=C, initial_state=state, return_state=True)
+        if variant == "taylor":
+            if mode == "recurrent":
+                fq, fk = taylor_features(leaves[0]), taylor_features(leaves[1])
+                o, (S, z) = linear_attention(fq, fk, leaves[2], **kw)
+            else:
+                o, (S, z) = taylor_linear_attention(*leaves, **kw)
+        else:
+            o, (S, z) = linear_attention(
+                *leaves[:3], decay=leaves[3] if decay is not None else None, **kw
+            )
+        results.append((o, S, z, _grads(o + S.sum() + z.sum(), leaves)))
+    (o, S, z, grads), (o_ref, S_ref, z_ref, grads_ref) = results[1], results[0]
+    _assert_close(o, o_ref)
+    _assert_close(S, S_ref)
+    _assert_close(z, z_ref)
+    for g, g_ref in zip(grads, grads_ref, strict=True):
+        _assert_close(g, g_ref)
+
+
+def test_normalized_backward_matches_autograd_on_the_division():
+    """eq. 9's division with its hand-written backward equals autograd's, eps included."""
+    gen = torch.Generator().manual_seed(4)
+    num_den = _randn(gen, 2, 3, 5, DV + 1)
+    num_den[..., -1] = num_den[..., -1].abs() + 0.5
+    eps = torch.tensor(1e-3, dtype=F64)
+    leaves = _leaves(num_den, eps)
+    ours = kernels.normalized(*leaves)
+    ref_leaves = _leaves(num_den, eps)
+    num, den = ref_leaves[0].split([DV, 1], -1)
+    ref = num / (den + ref_leaves[1])
+    _assert_close(ours, ref)
+    for g, g_ref in zip(_grads(ours, leaves), _grads(ref, ref_leaves), strict=True):
+        _assert_close(g, g_ref)
+    assert torch.autograd.gradcheck(kernels.normalized, _leaves(num_den, eps))
 
 
 def test_linear_attention_float32_chunk_matches_recurrent():

@@ -32,7 +32,9 @@ def _sdpa_cpu_forward(query, key, value, dropout_p=0.0, is_causal=False, *args, 
     return causal_attention_flops(query, value, is_causal)
 
 
-def _sdpa_cpu_backward(grad_out, query, key, value, out, lse, dropout_p, is_causal, *a, **kw) -> int:
+def _sdpa_cpu_backward(
+    grad_out, query, key, value, out, lse, dropout_p, is_causal, *a, **kw
+) -> int:
     return 2 * causal_attention_flops(query, value, is_causal)
 
 

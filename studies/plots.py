@@ -9,7 +9,9 @@ def save_plot(path: str | Path, panels: list[dict], title: str | None = None) ->
     Each panel is a dict: `series` {label: (xs, ys)} or {label: (xs, ys, plot_kwargs)} (None /
     NaN points are dropped; kwargs such as `linestyle` go to `Axes.plot`), optional `title`,
     `xlabel`, `ylabel`, `logx`, `logy` (default False), `hline` (a y value drawn dashed, e.g.
-    a target or the limit 1). More than 10 series take their colours from tab20.
+    a target or the limit 1), `marks` {label: [(x, y), ...]} (points drawn as black bars, e.g.
+    targets). More than 10 series take their colours from tab20. A log axis spanning less than
+    ~1.5 decades (ratios, a few lengths) is labelled in plain numbers at 1, 2, 3, 5 x 10^k.
     """
     import matplotlib
 
@@ -27,10 +29,18 @@ def save_plot(path: str | Path, panels: list[dict], title: str | None = None) ->
             style = {"marker": "o", "markersize": 3, **(kwargs[0] if kwargs else {})}
             if points:
                 ax.plot(*zip(*points, strict=True), label=label, **style)
+        for label, points in panel.get("marks", {}).items():
+            if points:
+                style = {"color": "black", "marker": "_", "markersize": 16, "linestyle": "none"}
+                ax.plot(*zip(*points, strict=True), label=label, markeredgewidth=2, **style)
         if panel.get("hline") is not None:
             ax.axhline(panel["hline"], color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log" if panel.get("logx") else "linear")
         ax.set_yscale("log" if panel.get("logy") else "linear")
+        if panel.get("logx"):
+            plain_log_ticks(ax.xaxis, *ax.get_xlim())
+        if panel.get("logy"):
+            plain_log_ticks(ax.yaxis, *ax.get_ylim())
         ax.set_title(panel.get("title", ""))
         ax.set_xlabel(panel.get("xlabel", ""))
         ax.set_ylabel(panel.get("ylabel", ""))
@@ -42,3 +52,19 @@ def save_plot(path: str | Path, panels: list[dict], title: str | None = None) ->
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def plain_log_ticks(axis, low: float, high: float) -> None:
+    """Label a log axis spanning less than ~1.5 decades in plain numbers (0.5, 1, 2, 3, 5)
+    instead of powers of ten; wider axes keep matplotlib's labels."""
+    from matplotlib.ticker import FuncFormatter
+
+    if not 0 < low < high < 30 * low:
+        return
+
+    def label(value: float, _position: int) -> str:
+        leading = f"{value:.0e}"[0]
+        return f"{value:g}" if leading in "1235" else ""
+
+    axis.set_major_formatter(FuncFormatter(label))
+    axis.set_minor_formatter(FuncFormatter(label))

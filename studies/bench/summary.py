@@ -123,11 +123,15 @@ def kernel_targets(train: list[dict], peak: float | None) -> list[dict]:
     return out
 
 
+STEP_TARGETS = ((64, 0.6), (1024, 1.5), (4096, 3.0))  # (T, step tokens/s over softmax's)
+
+
 def step_targets(step: list[dict]) -> list[dict]:
     """Training step against softmax: every mixer at T=64, the fixed-state ones at 1024, 4096."""
     fixed = fixed_state_mixers()
     out = []
-    for T, need, names in ((64, 0.6, MIXERS.names()), (1024, 1.5, fixed), (4096, 3.0, fixed)):
+    for T, need in STEP_TARGETS:
+        names = MIXERS.names() if T == 64 else fixed
         who = "every mixer" if names == MIXERS.names() else "every fixed-state mixer"
         at_T = {r["mixer"]: r for r in step if r["T"] == T and r["mixer"] in names}
         ratios = {k: r["vs_softmax"] for k, r in at_T.items()}
@@ -214,8 +218,10 @@ def plot(results: dict[str, list[dict]], path: Path) -> Path | None:
              "title": "kernels, peak memory", "ylabel": "MB", **log},
         ]  # fmt: skip
     if step:
+        step_lens = {r["T"] for r in step}
         panels.append(
             {"series": series(step, "vs_softmax", "mixer", lambda r: True), "hline": 1.0,
+             "marks": {"target": [(T, need) for T, need in STEP_TARGETS if T in step_lens]},
              "title": "training step, tokens/s vs softmax", "ylabel": "ratio", **log}
         )  # fmt: skip
     if decode:

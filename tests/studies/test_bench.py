@@ -155,3 +155,24 @@ def test_step_flops_count_causal_attention_and_every_product() -> None:
     model = torch.nn.Sequential(torch.nn.Embedding(V, dm), torch.nn.Linear(dm, V, bias=False))
     tokens = torch.randint(0, V, (B, T))
     assert step_flops(model, tokens, tokens) == 3 * 2 * (B * T) * dm * V
+
+
+def test_narrow_log_axes_are_labelled_in_plain_numbers() -> None:
+    """Ratios on a log axis read 0.5, 1, 2, 3 (not 5 x 10^-1); a wide axis keeps its labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from studies.plots import plain_log_ticks
+
+    fig, (narrow, wide) = plt.subplots(1, 2)
+    for ax, (low, high) in ((narrow, (0.4, 5.0)), (wide, (1e2, 1e6))):
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        plain_log_ticks(ax.yaxis, low, high)
+    label = narrow.yaxis.get_minor_formatter()
+    assert [label(y, 0) for y in (0.5, 2.0, 3.0, 4.0)] == ["0.5", "2", "3", ""]
+    assert narrow.yaxis.get_major_formatter()(1.0, 0) == "1"
+    assert "FuncFormatter" not in type(wide.yaxis.get_major_formatter()).__name__
+    plt.close(fig)

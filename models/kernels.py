@@ -379,11 +379,11 @@ class _ChunkAttention(torch.autograd.Function):
         o = v.new_empty(v.shape)
         o3, v3 = o.view(-1, C, E), v.reshape(-1, C, E)
         for tile in tiles:
-            scores, w = tiles.weights(tile, keep_raw)
+            scores, w, raw = tiles.weights(tile, keep_raw)
             torch.bmm(w, v3[tile[0]], out=o3[tile[0]])
         if starts is not None:
             o3.baddbmm_(fq.reshape(-1, C, fq.shape[-1]), starts.flatten(0, 2))
-        kept = (scores, w, tiles.raw) if tiles.single else (None, None, None)
+        kept = (scores, w, raw) if tiles.single else (None, None, None)
         ctx.save_for_backward(
             q, k, v, fq, fk, weights, update, starts, init, chunk_log_decay, *kept
         )
@@ -410,8 +410,7 @@ class _ChunkAttention(torch.autograd.Function):
             if tiles.single:  # the forward's weights
                 scores, w, raw = kept
             else:
-                scores, w = tiles.weights(tile, keep_raw=grad_weights is not None)
-                raw = tiles.raw
+                scores, w, raw = tiles.weights(tile, keep_raw=grad_weights is not None)
             grad_w = torch.bmm(go3[chunks], v3[chunks].transpose(-1, -2))
             if grad_weights is not None:  # before weighting: d(weights) = dW * M(s)
                 tiles.sum_rows_by_head(grad_w * raw, tile, grad_weights)
@@ -464,7 +463,6 @@ class _Tiles:
             self.per_tile = self.rows
         self.single = self.per_tile >= self.rows  # then the forward's weights are kept
         self.heads = torch.arange(H, device=q.device).repeat(B)  # the head of each row
-        self.raw: Tensor | None = None
 
     def __iter__(self):
         n, step = self.n, self.per_tile
@@ -472,15 +470,17 @@ class _Tiles:
             (slice(r * n, (r + step) * n), slice(r, r + step)) for r in range(0, self.rows, step)
         )
 
-    def weights(self, tile: tuple[slice, slice], keep_raw: bool = False) -> tuple[Tensor, Tensor]:
-        """(s, W) for the chunks of `tile`: the scores s = q k^T and the masked weights; with
-        `keep_raw`, M(s) before the mask is kept as `self.raw`. W is s itself, masked in place,
+    def weights(
+        self, tile: tuple[slice, slice], keep_raw: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(s, W, M(s)) for the chunks of `tile`: the scores s = q k^T, the masked weights, and
+        M(s) before the mask only with `keep_raw` (else None). W is s itself, masked in place,
         unless `taylor` (then s stays as it is, for M'(s))."""
         chunks = tile[0]
         scores = torch.bmm(self.q3[chunks], self.k3[chunks].transpose(-1, -2))
         raw = torch.addcmul(scores + 1, scores, scores, value=0.5) if self.taylor else scores
-        self.raw = raw.clone() if keep_raw else None
-        return scores, self.mask_(raw, tile)
+        kept = raw.clone() if keep_raw else None
+        return scores, self.mask_(raw, tile), kept
 
     def mask_(self, x: Tensor, tile: tuple[slice, slice]) -> Tensor:
         """x [chunks, C, C] of `tile`, masked in place: causal (tril) or times the decay

@@ -31,8 +31,8 @@ def save_plot(path: str | Path, panels: list[dict], title: str | None = None) ->
                 ax.plot(*zip(*points, strict=True), label=label, **style)
         for label, points in panel.get("marks", {}).items():
             if points:
-                style = {"color": "black", "marker": "_", "markersize": 16, "linestyle": "none"}
-                ax.plot(*zip(*points, strict=True), label=label, markeredgewidth=2, **style)
+                style = {"color": "black", "marker": "_", "markersize": 16, "markeredgewidth": 2}
+                ax.plot(*zip(*points, strict=True), label=label, linestyle="none", **style)
         if panel.get("hline") is not None:
             ax.axhline(panel["hline"], color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log" if panel.get("logx") else "linear")

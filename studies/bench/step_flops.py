@@ -5,8 +5,8 @@ against what its math allows.
 matrix products (mm, bmm, addmm, baddbmm, convolutions) that actually execute; elementwise
 work (norms, activations, the loss, AdamW) is not counted. Softmax attention on the CPU runs
 as one fused op that the counter does not know: it is counted here as its math requires,
-causal: the pairs s <= t only, T (T + 1) / 2 per head, 2 d multiply-adds each for q.k and the
-weighted sum of v (forward), and twice that backward (dq, dk, dv and the weights' gradient).
+causal: the pairs s <= t only, T (T + 1) / 2 per head, d + d_v multiply-adds each (q.k and
+the weighted sum of v) forward, and twice that backward (dq, dk, dv and the weights' gradient).
 
 Two models at the same efficiency (FLOP/s) step in the ratio of their counts: softmax's count
 over a mixer's is the speed-up its math allows at softmax's efficiency (README, "How fast").

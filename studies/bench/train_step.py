@@ -127,7 +127,7 @@ def rows_at(T: int, s: Settings) -> list[dict]:
         repeat_steps(cells, s)
     print(f"  step T={T}: done", file=sys.stderr, flush=True)
     seconds = {cell.name: statistics.median(cell.times) for cell in cells}
-    flops = {cell.name: cell.flops for cell in cells}
+    reference_flops = next(cell.flops for cell in cells if cell.name == REFERENCE)
     batch = cells[0].tokens.shape[0]
     return [
         {
@@ -139,7 +139,7 @@ def rows_at(T: int, s: Settings) -> list[dict]:
             "ms_per_step": round(1e3 * seconds[cell.name], 1),
             "gflop_per_step": round(cell.flops / 1e9, 2),
             "gflop_per_s": round(cell.flops / 1e9 / seconds[cell.name], 1),
-            "flop_bound_vs_softmax": round(flops[REFERENCE] / cell.flops, 2),
+            "flop_bound_vs_softmax": round(reference_flops / cell.flops, 2),
             "steps": len(cell.times),
             "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
             "first_step_s": round(cell.first_step_s, 2),

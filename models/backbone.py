@@ -1,4 +1,5 @@
-"""The language model around a mixer: embeddings, N pre-norm blocks (mixer + MLP), LM head."""
+"""The language model around a mixer: embeddings, N pre-norm blocks (mixer, then an MLP unless
+`mlp_ratio=0`), LM head."""
 
 import torch
 import torch.nn.functional as F
@@ -31,25 +32,32 @@ class ShortConv(nn.Module):
 
 
 class Block(nn.Module):
-    """x + mixer(conv(norm(x))), then x + mlp(norm(x)) (pre-norm)."""
+    """x + mixer(conv(norm(x))), then x + mlp(norm(x)) (pre-norm); `mlp_ratio=0` leaves the
+    MLP out (Zoology's MQAR block: the mixer alone)."""
 
     def __init__(self, d_model: int, mixer: nn.Module, short_conv: int, mlp_ratio: int) -> None:
         super().__init__()
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.norm1 = nn.LayerNorm(d_model)
         self.conv = ShortConv(d_model, short_conv) if short_conv > 0 else None
         self.mixer = mixer
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, mlp_ratio * d_model),
-            nn.GELU(),
-            nn.Linear(mlp_ratio * d_model, d_model),
-        )
+        self.mlp = None
+        if mlp_ratio > 0:
+            self.norm2 = nn.LayerNorm(d_model)
+            self.mlp = nn.Sequential(
+                nn.Linear(d_model, mlp_ratio * d_model),
+                nn.GELU(),
+                nn.Linear(mlp_ratio * d_model, d_model),
+            )
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x + mlp(norm(x)), or x without an MLP."""
+        return x if self.mlp is None else x + self.mlp(self.norm2(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm1(x)
         if self.conv is not None:
             h = self.conv(h)
-        x = x + self.mixer(h)
-        return x + self.mlp(self.norm2(x))
+        return self.feed_forward(x + self.mixer(h))
 
     def init_state(self, batch_size: int) -> tuple:
         conv_state = None
@@ -65,8 +73,7 @@ class Block(nn.Module):
         if self.conv is not None:
             h, conv_state = self.conv.step(h, conv_state)
         y, mixer_state = self.mixer.step(h, mixer_state)
-        x = x + y
-        return x + self.mlp(self.norm2(x)), (conv_state, mixer_state)
+        return self.feed_forward(x + y), (conv_state, mixer_state)
 
     def state_size(self, seq_len: int) -> int:
         conv = (self.conv.kernel_size - 1) * self.norm1.normalized_shape[0] if self.conv else 0
@@ -78,8 +85,9 @@ class LanguageModel(nn.Module):
 
     `short_conv` (default 4, as Zoology and Based) is the kernel size of the causal
     convolution before every mixer, softmax included, so that every mixer gets the same
-    previous-token features; 0 = none. `pos_emb="learned"` cannot run past `max_seq_len`;
-    `"none"` relies on the mixer (and the short convolution) for order and runs at any length."""
+    previous-token features; 0 = none. `mlp_ratio=0` gives blocks without an MLP.
+    `pos_emb="learned"` cannot run past `max_seq_len`; `"none"` relies on the mixer (and the
+    short convolution) for order and runs at any length."""
 
     def __init__(
         self,
@@ -100,7 +108,7 @@ class LanguageModel(nn.Module):
         require_int("n_layers", n_layers, 1)
         require_choice("pos_emb", pos_emb, POSITIONAL)
         require_int("short_conv", short_conv, 0)
-        require_int("mlp_ratio", mlp_ratio, 1)
+        require_int("mlp_ratio", mlp_ratio, 0)
         self.max_seq_len, self.pos_emb = max_seq_len, pos_emb
         self.embed = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_seq_len, d_model) if pos_emb == "learned" else None

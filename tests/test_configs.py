@@ -1,12 +1,14 @@
 """Each conf/task and conf/model yaml names its registry entry and lists exactly the
 constructor's parameters with the constructor's defaults (one source of truth)."""
 
+import inspect
 from pathlib import Path
 
 import pytest
 import yaml
 
 from models import MIXERS
+from models.backbone import LanguageModel
 from tasks import TASKS
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -31,3 +33,18 @@ def test_every_registry_entry_has_a_yaml_matching_its_signature(group, registry,
 def test_task_yamls_offer_length_generalisation() -> None:
     for path in (CONF / "task").glob("*.yaml"):
         assert yaml.safe_load(path.read_text())["eval_seq_lens"] == [], path
+
+
+def test_the_default_backbone_is_the_constructors() -> None:
+    signature = inspect.signature(LanguageModel.__init__).parameters
+    defaults = {
+        k: p.default for k, p in signature.items() if p.default is not inspect.Parameter.empty
+    }
+    defaults.pop("mixer_params")
+    assert yaml.safe_load((CONF / "backbone" / "default.yaml").read_text()) == defaults
+
+
+def test_the_zoology_backbone_has_no_mlp_and_no_positions() -> None:
+    zoology = yaml.safe_load((CONF / "backbone" / "zoology.yaml").read_text())
+    assert zoology["mlp_ratio"] == 0 and zoology["pos_emb"] == "none"
+    assert zoology["short_conv"] > 0

@@ -103,10 +103,12 @@ def test_exercise_3_state_vs_kv_cache() -> None:
 
 
 @pytest.mark.parametrize("name", MIXERS.names())
-@pytest.mark.parametrize("short_conv", [0, 3])
-def test_backbone_step_equals_forward(name: str, short_conv: int) -> None:
+@pytest.mark.parametrize(("short_conv", "mlp_ratio"), [(0, 4), (3, 4), (3, 0)])
+def test_backbone_step_equals_forward(name: str, short_conv: int, mlp_ratio: int) -> None:
     torch.manual_seed(0)
-    model = LanguageModel(11, 16, name, d_model=D_MODEL, n_layers=2, short_conv=short_conv)
+    model = LanguageModel(
+        11, 16, name, d_model=D_MODEL, n_layers=2, short_conv=short_conv, mlp_ratio=mlp_ratio
+    )
     model = model.double().eval()
     tokens = torch.randint(0, 11, (2, 16))
     logits = model(tokens)
@@ -117,6 +119,17 @@ def test_backbone_step_equals_forward(name: str, short_conv: int) -> None:
     floats = sum(s.numel() for s in state["blocks"][0][1]) // 2
     conv = (short_conv - 1) * D_MODEL if short_conv else 0
     assert model.state_size(16) == floats + conv
+
+
+def test_mlp_ratio_0_leaves_the_mlp_out() -> None:
+    with_mlp = LanguageModel(11, 16, "softmax", d_model=D_MODEL, mlp_ratio=4)
+    without = LanguageModel(11, 16, "softmax", d_model=D_MODEL, mlp_ratio=0)
+    per_block = 2 * 4 * D_MODEL * D_MODEL + 4 * D_MODEL + D_MODEL + 2 * D_MODEL  # MLP + norm2
+    extra = sum(p.numel() for p in with_mlp.parameters()) - sum(
+        p.numel() for p in without.parameters()
+    )
+    assert extra == 2 * per_block
+    assert all(block.mlp is None for block in without.blocks)
 
 
 def test_learned_positions_refuse_longer_sequences() -> None:

@@ -1,6 +1,13 @@
 """When to stop training, and whether a run converged: the validation curve, a threshold
 (`early_stop_acc`) and a plateau, one definition shared by the stopping rule and the record's
-verdict (`train.converged`)."""
+verdict (`train.converged`).
+
+Only the threshold stops training. A plateau never cuts the learning-rate schedule short: it
+judges the verdict, never the budget (a run stopped half-way down its cosine schedule has
+not had the low learning rates that settle it). A gain counts only when it exceeds the
+validation set's noise (`required_gain`)."""
+
+import math
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
@@ -14,21 +21,48 @@ def reached(curve: Curve, threshold: float | None) -> bool:
     return threshold is not None and any(acc >= threshold for _, acc in curve)
 
 
-def still_rising(curve: Curve, patience: int, min_delta: float) -> bool:
+def standard_error(acc: float, num_examples: int) -> float:
+    """An upper bound on the standard error of a validation accuracy `acc` measured on
+    `num_examples` examples: sqrt(acc (1 - acc) / n). Answers of one example are correlated
+    (one lookup circuit serves them all), so the example, not the answer, is the unit; the
+    per-example accuracy lies in [0, 1] with mean `acc`, so its variance is at most
+    acc (1 - acc)."""
+    return math.sqrt(max(acc * (1 - acc), 0.0) / num_examples)
+
+
+NOISE_SIGMAS = 2.0
+"""A gain must exceed this many standard errors of the validation accuracy to count."""
+
+
+def required_gain(best: float, min_delta: float, num_examples: int | None) -> float:
+    """The gain a validation must make over the `best` before it to count as rising:
+    max(min_delta, 2 SE(best)), SE from `standard_error` (with `num_examples` None, min_delta
+    alone). At 500 examples and acc 0.86 the noise term is 0.031, above the default 0.01."""
+    if num_examples is None:
+        return min_delta
+    return max(min_delta, NOISE_SIGMAS * standard_error(best, num_examples))
+
+
+def still_rising(
+    curve: Curve, patience: int, min_delta: float, num_examples: int | None = None
+) -> bool:
     """Validation accuracy is still rising at the end of `curve`:
 
-        max(last `patience` accuracies) > max(all earlier accuracies) + min_delta,
+        max(last `patience` accuracies) > best + required_gain(best, min_delta, n),
 
-    i.e. one of the last `patience` validations improved on everything before it by more than
-    `min_delta`. A curve of at most `patience` points has no "before" and counts as rising
-    (too short to judge). Its negation is a plateau: `patience` validations in a row without
-    such a gain. A plateau is not a proof of convergence: a model that learns in a sudden
-    jump (softmax forming its induction circuit) can sit on one first; `patience` x the
-    validation interval is the wait this verdict allows for such a jump."""
+    best = max(all earlier accuracies): one of the last `patience` validations improved on
+    everything before it by more than `min_delta` and by more than the noise of a validation
+    set of `num_examples` examples (`required_gain`). A curve of at most `patience` points
+    has no "before" and counts as rising (too short to judge). Its negation is a plateau:
+    `patience` validations in a row without such a gain. A plateau is not a proof of
+    convergence: a model that learns in a sudden jump (softmax forming its induction circuit)
+    can sit on one first; `patience` x the validation interval is the wait this verdict
+    allows for such a jump."""
     if len(curve) <= patience:
         return True
     accuracies = [acc for _, acc in curve]
-    return max(accuracies[-patience:]) > max(accuracies[:-patience]) + min_delta
+    best = max(accuracies[:-patience])
+    return max(accuracies[-patience:]) > best + required_gain(best, min_delta, num_examples)
 
 
 FLOOR_MARGIN = 0.1
@@ -45,22 +79,30 @@ def left_floor(curve: Curve, floor: float, min_delta: float) -> bool:
     return bool(curve) and max(acc for _, acc in curve) > floor + margin
 
 
-def plateaued(curve: Curve, floor: float, patience: int, min_delta: float) -> bool:
+def plateaued(
+    curve: Curve, floor: float, patience: int, min_delta: float, num_examples: int | None = None
+) -> bool:
     """The curve ends on a plateau above the floor: it `left_floor` and is not
     `still_rising`. A curve flat at the floor is no plateau: every model on a recall task
     first sits at the floor for a number of steps nobody can predict before it jumps
     (softmax forming its induction circuit), so a run still there is neither stopped nor,
     when its budget ends, converged: "cannot learn" and "has not learned yet" look alike."""
-    return left_floor(curve, floor, min_delta) and not still_rising(curve, patience, min_delta)
+    rising = still_rising(curve, patience, min_delta, num_examples)
+    return left_floor(curve, floor, min_delta) and not rising
 
 
 def converged(
-    curve: Curve, threshold: float | None, patience: int, min_delta: float, floor: float
+    curve: Curve,
+    threshold: float | None,
+    patience: int,
+    min_delta: float,
+    floor: float,
+    num_examples: int | None = None,
 ) -> bool:
     """`train.converged`: the threshold was reached, or the curve ends on a plateau above the
     floor (`plateaued`); false when the run ended (out of budget, or diverged) while still
     rising, or still at the floor."""
-    return reached(curve, threshold) or plateaued(curve, floor, patience, min_delta)
+    return reached(curve, threshold) or plateaued(curve, floor, patience, min_delta, num_examples)
 
 
 class ConvergenceStop(L.Callback):

@@ -1,0 +1,41 @@
+"""Sequence-mixing kernels: pure functions, layout [batch, heads, time, dim], causal.
+
+One module per algorithm, each with its plain step loop (`mode="recurrent"`, the
+specification) beside its faster forms (docs/background.md, section 5):
+
+    common.py            the modes, the input checks, the split of a sequence into blocks
+    chunk.py             chunk-form linear attention as one autograd node, eq. 9's division
+    softmax.py           softmax_attention (eq. 1)
+    linear.py            linear_attention (eq. 8-10: plain, normalised, RetNet's decay),
+                         taylor_features, taylor_linear_attention (Based), linear_attention_cumsum
+    rwkv4.py             rwkv4_wkv (eq. 11)
+    delta_rule.py        delta_rule (DeltaNet)
+"""
+
+from models.kernels.chunk import normalized
+from models.kernels.common import MODES, check_mode
+from models.kernels.delta_rule import delta_rule
+from models.kernels.linear import (
+    LinearState,
+    linear_attention,
+    linear_attention_cumsum,
+    taylor_features,
+    taylor_linear_attention,
+)
+from models.kernels.rwkv4 import WKVState, rwkv4_wkv
+from models.kernels.softmax import softmax_attention
+
+__all__ = [
+    "MODES",
+    "LinearState",
+    "WKVState",
+    "check_mode",
+    "delta_rule",
+    "linear_attention",
+    "linear_attention_cumsum",
+    "normalized",
+    "rwkv4_wkv",
+    "softmax_attention",
+    "taylor_features",
+    "taylor_linear_attention",
+]

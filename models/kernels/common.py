@@ -1,0 +1,67 @@
+"""What every kernel shares: the modes, the checks of its inputs, and the split of a sequence
+into blocks (docs/background.md, section 5).
+
+Each recurrent kernel has a plain step loop, `mode="recurrent"`, which is its specification,
+beside faster forms that the tests compare against it:
+
+- "parallel": the masked T x T form over the whole sequence (one block);
+- "chunk": the same masked form inside blocks of `chunk_size` steps, with the recurrent state
+  carried from block to block. A sequence whose length is not a multiple of `chunk_size` is
+  run as its longest whole-chunk prefix followed by one shorter block (no padding).
+
+States are returned with `return_state=True` and accepted as `initial_state`, so a sequence can
+be split anywhere and continued.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from common.checks import require_choice, require_int
+
+MODES = ("chunk", "parallel", "recurrent")
+
+
+def check_mode(mode: str, chunk_size: int) -> None:
+    """`mode` is one of MODES and `chunk_size` an integer >= 1 (else the clear ValueError)."""
+    require_choice("mode", mode, MODES)
+    require_int("chunk_size", chunk_size, 1)
+
+
+def check_shape(name: str, x: Tensor, shape: Sequence[int]) -> None:
+    """x has exactly `shape` (else a ValueError naming `name`, the expected and the given)."""
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {list(shape)}, got {list(x.shape)}")
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """q, k [B, H, T, D] of one shape and v [B, H, T, Dv], T >= 1."""
+    ok = q.dim() == 4 and k.shape == q.shape and v.dim() == 4 and v.shape[:3] == q.shape[:3]
+    if not ok or q.shape[2] == 0:
+        raise ValueError(
+            "expected q, k of shape [B, H, T, D] and v of shape [B, H, T, Dv] (same B, H, T >= 1),"
+            f" got q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}"
+        )
+
+
+def in_blocks(
+    block_fn: Callable[..., tuple[Tensor, Any]],
+    seqs: Sequence[Tensor],
+    time_dim: int,
+    block_len: int,
+    state: Any,
+) -> tuple[Tensor, Any]:
+    """Run `block_fn(*pieces, block_len, state, last) -> (out, state)` on the longest prefix
+    made of whole blocks, then on the remaining (< block_len) steps as one shorter block;
+    `last` tells a block that no other block follows it."""
+    T = seqs[0].shape[time_dim]
+    full = T // block_len * block_len
+    parts = [part for part in ((0, full, block_len), (full, T - full, T - full)) if part[1]]
+    outs = []
+    for index, (start, length, size) in enumerate(parts):
+        pieces = [x.narrow(time_dim, start, length) for x in seqs]
+        out, state = block_fn(*pieces, size, state, index == len(parts) - 1)
+        outs.append(out)
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, time_dim)), state

@@ -39,6 +39,7 @@ import numpy as np
 from common.checks import is_real, require, require_choice, require_int
 from tasks import register
 from tasks.base import IGNORE, Task, require_int_given, token_sets
+from tasks.load import Load, describe, load_bounds, require_load
 from tasks.sampling import (
     BITMAP_BUDGET,
     row_chunks,
@@ -55,17 +56,21 @@ class AssocRecall(Task):
     """MQAR: n key-value pairs, then each key queried once after a power-law gap."""
 
     version = 2  # 2: layout (default zoology: filler after each query key)
+    load_param = "num_kv_pairs"
 
     def __init__(
         self,
         vocab_size: int = 256,
         seq_len: int = 64,
-        num_kv_pairs: int = 8,
+        num_kv_pairs: Load = 8,
         power_a: float = 0.01,
         layout: str = "zoology",
+        load_dist: str = "uniform",
+        load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        require_int_given(
+        _, most = load_bounds("num_kv_pairs", num_kv_pairs)
+        require_load(
             "num_kv_pairs",
             num_kv_pairs,
             1,
@@ -75,17 +80,18 @@ class AssocRecall(Task):
         require_int_given(
             "seq_len",
             seq_len,
-            4 * num_kv_pairs,
+            4 * most,
             None,
-            f"for num_kv_pairs={num_kv_pairs} (4 tokens per pair: the pair and its query slot)",
+            f"for {describe('num_kv_pairs', num_kv_pairs)} "
+            "(4 tokens per pair: the pair and its query slot)",
         )
         require(is_real(power_a) and 0 < power_a <= 1, "power_a", power_a, "a float in (0, 1]")
         require_choice("layout", layout, LAYOUTS)
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
-        self.num_kv_pairs = int(num_kv_pairs)
         self.power_a = float(power_a)
         self.layout = layout
+        self._init_load(num_kv_pairs, load_dist, load_weights)
 
     @property
     def num_slots(self) -> int:
@@ -102,12 +108,12 @@ class AssocRecall(Task):
         """The n values of the context (positions 1, 3, ..., 2n - 1)."""
         return token_sets(inputs[:, 1 : 2 * self.num_kv_pairs : 2], self.vocab_size)
 
-    def baselines(self, data: dict[str, np.ndarray]) -> dict[str, float]:
+    def _baselines(self, data: dict[str, np.ndarray]) -> dict[str, float]:
         """`chance`, `in_context` (1 / n) and `elimination`: at each query, a uniform guess
         among the context's values minus those standing right after an earlier query key
         (what the teacher-forced layout shows: H_n / n on average; in Zoology's layout only
         filler stands there, so it stays near 1 / n)."""
-        return {**super().baselines(data), "elimination": self.elimination(data)}
+        return {**super()._baselines(data), "elimination": self.elimination(data)}
 
     def elimination(self, data: dict[str, np.ndarray]) -> float:
         inputs, labels = data["inputs"], data["labels"]
@@ -127,25 +133,45 @@ class AssocRecall(Task):
             hits[rows] = ~answer_gone / np.maximum(n - gone.sum(axis=2), 1)
         return float(hits.mean())
 
+    fills_loads_per_row = True
+
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
-        """Write one chunk of examples into the views `out` (labels/slices prefilled)."""
-        n, vocab = self.num_kv_pairs, self.vocab_size
+        """Write one chunk of examples into the views `out` (labels/slices prefilled).
+
+        Row r holds n_r pairs (`draw_loads`; all equal for a single load): keys and values
+        are drawn for the largest load m of the chunk and row r keeps its first n_r (the
+        first n_r of a uniformly ordered m-subset are a uniformly ordered n_r-subset); its
+        slots are the first n_r of m draws among its own (T - 2 n_r) // 2 slots."""
+        vocab, half, length = self.vocab_size, self.vocab_size // 2, self.seq_len
         inputs = out["inputs"]
         rows = inputs.shape[0]
-        half = vocab // 2
-        keys = 1 + sample_distinct(rng, rows, half - 1, n)
-        values = half + sample_distinct(rng, rows, vocab - half, n)
-        inputs[:, 0 : 2 * n : 2] = keys
-        inputs[:, 1 : 2 * n : 2] = values
-        inputs[:, 2 * n :] = sample_excluding(rng, (rows, self.seq_len - 2 * n), 1, vocab, keys)
-
+        n = self.draw_loads(rng, rows)
+        m, fewest = int(n.max()), int(n.min())
+        keys = 1 + sample_distinct(rng, rows, half - 1, m)
+        values = half + sample_distinct(rng, rows, vocab - half, m)
+        kept = np.arange(m) < n[:, None]  # [rows, m]: the pairs each row keeps
+        # filler after the shortest context; 0 (never emitted) stands for a pair not kept
+        held = keys if m == fewest else np.where(kept, keys, 0)
+        inputs[:, 2 * fewest :] = sample_excluding(rng, (rows, length - 2 * fewest), 1, vocab, held)
         # Column j = the slot of key j; slot i (0-based) is the gap i + 1 of the power law.
-        weights = np.arange(1, self.num_slots + 1, dtype=np.float64) ** (self.power_a - 1.0)
-        slots = sample_weighted_distinct(rng, weights, rows, n)
-        at_key = (np.arange(rows)[:, None], 2 * n + 2 * slots)
-        inputs[at_key] = keys
+        num_slots = (length - 2 * n) // 2
+        weights = np.arange(1, num_slots.max() + 1, dtype=np.float64) ** (self.power_a - 1.0)
+        slots = sample_weighted_distinct(rng, weights, rows, m, None if m == fewest else num_slots)
+        order = np.argsort(np.argsort(np.where(kept, slots, slots.max() + 1), axis=1), axis=1)
+        if m == fewest:  # one load: whole columns
+            inputs[:, 0 : 2 * m : 2] = keys
+            inputs[:, 1 : 2 * m : 2] = values
+            at, pair = (np.arange(rows)[:, None], 2 * m + 2 * slots), np.arange(m)
+        else:
+            row, pair = np.nonzero(kept)
+            inputs[row, 2 * pair] = keys = keys[row, pair]
+            inputs[row, 2 * pair + 1] = values = values[row, pair]
+            at, slots, order = (row, 2 * n[row] + 2 * slots[row, pair]), None, order[row, pair]
+        inputs[at] = keys
         if self.layout == "teacher_forced":
-            inputs[at_key[0], at_key[1] + 1] = values
-        out["labels"][at_key] = values
-        out["query_index"][at_key] = np.arange(n)
-        out["query_order"][at_key] = np.argsort(np.argsort(slots, axis=1), axis=1)
+            inputs[at[0], at[1] + 1] = values
+        out["labels"][at] = values
+        out["query_index"][at] = pair
+        out["query_order"][at] = order
+        if self.has_load_range:
+            out["num_kv_pairs"][:] = n

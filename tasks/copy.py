@@ -28,11 +28,14 @@ Failure: a fixed-size recurrent state holds about state_bits / log2(alphabet) to
 the copy's accuracy falls with `copy_position` while softmax attention's does not.
 """
 
+from typing import Any
+
 import numpy as np
 
 from common.checks import is_int, require, require_int
 from tasks import register
 from tasks.base import Task, token_sets
+from tasks.load import Load, is_range, load_bounds, normalised, require_load
 
 PAD, BOS, SEP = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -43,38 +46,64 @@ class Copy(Task):
     """Reproduce a random string after a separator."""
 
     version = 1
+    load_param = "copy_len"
+    fills_loads_per_row = True
 
     def __init__(
         self,
         vocab_size: int = 32,
         seq_len: int = 64,
-        copy_len: int | None = None,
+        copy_len: Load | None = None,
         min_copy_len: int | None = None,
+        load_dist: str = "uniform",
+        load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, FIRST_SYMBOL + 2)
         require_int("seq_len", seq_len, 3)
         longest = (seq_len - 1) // 2
-        require(
-            copy_len is None or (is_int(copy_len) and 1 <= copy_len <= longest),
-            "copy_len",
-            copy_len,
-            f"None or an integer in [1, {longest}] for seq_len={seq_len} "
-            "(a string of L tokens needs seq_len >= 2L + 1)",
-        )
-        max_len = longest if copy_len is None else int(copy_len)
-        require(
-            min_copy_len is None or (is_int(min_copy_len) and 1 <= min_copy_len <= max_len),
-            "min_copy_len",
-            min_copy_len,
-            f"None or an integer in [1, {max_len}] for copy_len={copy_len} "
-            f"and seq_len={seq_len} (at most the longest string)",
-        )
+        fits = f"for seq_len={seq_len} (a string of L tokens needs seq_len >= 2L + 1)"
+        if is_range(copy_len):
+            load_bounds("copy_len", copy_len)
+            require_load("copy_len", copy_len, 1, longest, fits)
+            require(
+                min_copy_len is None,
+                "min_copy_len",
+                min_copy_len,
+                f"null when copy_len is a range (copy_len={normalised(copy_len)})",
+            )
+            min_len, max_len = load_bounds("copy_len", copy_len)
+        else:
+            require(
+                copy_len is None or (is_int(copy_len) and 1 <= copy_len <= longest),
+                "copy_len",
+                copy_len,
+                f"None, an integer or a range [low, high] in [1, {longest}] {fits}",
+            )
+            max_len = longest if copy_len is None else int(copy_len)
+            require(
+                min_copy_len is None or (is_int(min_copy_len) and 1 <= min_copy_len <= max_len),
+                "min_copy_len",
+                min_copy_len,
+                f"None or an integer in [1, {max_len}] for copy_len={copy_len} "
+                f"and seq_len={seq_len} (at most the longest string)",
+            )
+            min_len = max_len if min_copy_len is None else int(min_copy_len)
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
-        self.copy_len = None if copy_len is None else int(copy_len)
         self.min_copy_len = None if min_copy_len is None else int(min_copy_len)
-        self.max_len = max_len
-        self.min_len = max_len if min_copy_len is None else int(min_copy_len)
+        self.max_len, self.min_len = max_len, min_len
+        ranged = is_range(copy_len) or min_copy_len is not None
+        self._init_load([min_len, max_len] if ranged else max_len, load_dist, load_weights)
+        self.copy_len = None if copy_len is None else normalised(copy_len)
+
+    @property
+    def has_load_range(self) -> bool:
+        """Strings of several lengths: `copy_len` written as a range, or `min_copy_len` set
+        (the range [min_copy_len, copy_len])."""
+        return is_range(self.copy_len) or self.min_copy_len is not None
+
+    def single_load_params(self, load: int) -> dict[str, Any]:
+        return {**super().single_load_params(load), "min_copy_len": None}
 
     position_slices = ("copy_position",)
 
@@ -91,10 +120,7 @@ class Copy(Task):
 
     def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
         rows, length = out["inputs"].shape
-        if self.min_len == self.max_len:
-            lengths = np.full(rows, self.max_len, dtype=np.int64)
-        else:
-            lengths = rng.integers(self.min_len, self.max_len + 1, size=rows)
+        lengths = self.draw_loads(rng, rows)
         string = rng.integers(FIRST_SYMBOL, self.vocab_size, size=(rows, self.max_len))
         index = np.arange(self.max_len)
         sep = length - lengths  # SEP sits right before the L - 1 copied tokens at the end

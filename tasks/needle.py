@@ -38,6 +38,7 @@ import numpy as np
 from common.checks import is_real, require, require_int
 from tasks import register
 from tasks.base import Task, require_int_given, token_sets
+from tasks.load import Load, describe, load_bounds, require_load
 from tasks.sampling import (
     depth_bins,
     sample_distinct,
@@ -56,16 +57,20 @@ class Needle(Task):
     """One key -> value needle at a given depth, optional distractor pairs, query at the end."""
 
     version = 1
+    load_param = "num_distractors"
 
     def __init__(
         self,
         vocab_size: int = 32,
         seq_len: int = 32,
         depth: Depth = "uniform",
-        num_distractors: int = 1,
+        num_distractors: Load = 1,
+        load_dist: str = "uniform",
+        load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        require_int_given(
+        _, most = load_bounds("num_distractors", num_distractors)
+        require_load(
             "num_distractors",
             num_distractors,
             0,
@@ -76,9 +81,10 @@ class Needle(Task):
         require_int_given(
             "seq_len",
             seq_len,
-            3 if num_distractors == 0 else 2 * num_distractors + 5,
+            3 if most == 0 else 2 * most + 5,
             None,
-            f"for num_distractors={num_distractors} (the needle, the pairs and the query)",
+            f"for {describe('num_distractors', num_distractors)} "
+            "(the needle, the pairs and the query)",
         )
         is_uniform = isinstance(depth, str) and depth == "uniform"
         is_list = isinstance(depth, Sequence) and not isinstance(depth, str)
@@ -95,7 +101,7 @@ class Needle(Task):
         self.depth: Depth = (
             "uniform" if is_uniform else [float(d) for d in depth] if is_list else float(depth)
         )
-        self.num_distractors = int(num_distractors)
+        self._init_load(num_distractors, load_dist, load_weights)
 
     example_slices = ("depth_bin",)
 

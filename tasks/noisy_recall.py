@@ -39,6 +39,7 @@ import numpy as np
 from common.checks import require_int
 from tasks import register
 from tasks.base import Task, require_int_given, token_sets
+from tasks.load import Load, describe, load_bounds, require_load
 from tasks.sampling import sample_block_starts, sample_distinct
 
 
@@ -47,14 +48,17 @@ class NoisyRecall(Task):
     """Key-value pairs scattered among noise tokens, then keys queried at the end."""
 
     version = 2  # 2: noise, not the answer, after each query key
+    load_param = "num_kv_pairs"
 
     def __init__(
         self,
         vocab_size: int = 64,
         seq_len: int = 64,
-        num_kv_pairs: int = 8,
+        num_kv_pairs: Load = 8,
         num_queries: int = 8,
         noise_vocab_size: int = 16,
+        load_dist: str = "uniform",
+        load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
         require_int_given(
@@ -65,7 +69,8 @@ class NoisyRecall(Task):
             f"for vocab_size={vocab_size} (token 0, a key and a value must stay)",
         )
         num_keys = (vocab_size - 1 - noise_vocab_size) // 2
-        require_int_given(
+        _, most = load_bounds("num_kv_pairs", num_kv_pairs)
+        require_load(
             "num_kv_pairs",
             num_kv_pairs,
             1,
@@ -77,16 +82,16 @@ class NoisyRecall(Task):
         require_int_given(
             "seq_len",
             seq_len,
-            2 * num_kv_pairs + 2 * num_queries,
+            2 * most + 2 * num_queries,
             None,
-            f"for num_kv_pairs={num_kv_pairs} and num_queries={num_queries} "
+            f"for {describe('num_kv_pairs', num_kv_pairs)} and num_queries={num_queries} "
             "(2 tokens per pair and per query)",
         )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
-        self.num_kv_pairs = int(num_kv_pairs)
         self.num_queries = int(num_queries)
         self.noise_vocab_size = int(noise_vocab_size)
+        self._init_load(num_kv_pairs, load_dist, load_weights)
 
     @property
     def num_keys(self) -> int:

@@ -25,17 +25,24 @@ def row_chunks(num_examples: int, chunk_size: int) -> list[slice]:
 
 
 def sample_weighted_distinct(
-    rng: np.random.Generator, weights: np.ndarray, num_rows: int, k: int
+    rng: np.random.Generator,
+    weights: np.ndarray,
+    num_rows: int,
+    k: int,
+    sizes: np.ndarray | None = None,
 ) -> np.ndarray:
     """[num_rows, k] indices into `weights`, distinct within a row, in order of drawing.
 
     Exponential race (Gumbel-top-k in another form): with E_i ~ Exp(1) i.i.d., the k smallest
     E_i / weights[i], sorted ascending, have the distribution of k sequential draws without
     replacement with p(i) proportional to weights[i] (column j = draw j); -log(E_i / w_i) is
-    log w_i plus Gumbel noise.
+    log w_i plus Gumbel noise. `sizes` (int [num_rows], each >= k): row r draws from the
+    first sizes[r] entries only (the others get the score +inf).
     """
     size = weights.shape[0]
     scores = rng.standard_exponential(size=(num_rows, size)) * (1.0 / weights)[None, :]
+    if sizes is not None:
+        scores[np.arange(size)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
     if k < size:
         top = np.argpartition(scores, k - 1, axis=1)[:, :k]
     else:

@@ -33,6 +33,7 @@ import numpy as np
 from common.checks import require_int
 from tasks import register
 from tasks.base import Task, require_int_given, token_sets
+from tasks.load import Load, describe, load_bounds, require_load
 from tasks.sampling import sample_distinct
 
 SEP = 1
@@ -44,13 +45,16 @@ class SelectiveCopy(Task):
     """Copy the data tokens scattered among noise, in order, after a separator."""
 
     version = 1
+    load_param = "num_tokens"
 
     def __init__(
         self,
         vocab_size: int = 32,
         seq_len: int = 64,
-        num_tokens: int = 8,
+        num_tokens: Load = 8,
         noise_vocab_size: int = 1,
+        load_dist: str = "uniform",
+        load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, FIRST_NOISE + 3)
         require_int_given(
@@ -60,18 +64,19 @@ class SelectiveCopy(Task):
             vocab_size - FIRST_NOISE - 2,
             f"for vocab_size={vocab_size} (at least two data tokens must stay)",
         )
-        require_int("num_tokens", num_tokens, 1)
+        _, most = load_bounds("num_tokens", num_tokens)
+        require_load("num_tokens", num_tokens, 1, None, "")
         require_int_given(
             "seq_len",
             seq_len,
-            2 * num_tokens,
+            2 * most,
             None,
-            f"for num_tokens={num_tokens} (the tokens, then their copy)",
+            f"for {describe('num_tokens', num_tokens)} (the tokens, then their copy)",
         )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)
-        self.num_tokens = int(num_tokens)
         self.noise_vocab_size = int(noise_vocab_size)
+        self._init_load(num_tokens, load_dist, load_weights)
 
     @property
     def first_data(self) -> int:

@@ -72,6 +72,8 @@ def test_defaults_and_params_round_trip():
         "num_kv_pairs": 8,
         "power_a": 0.01,
         "layout": "zoology",
+        "load_dist": "uniform",
+        "load_weights": None,
     }
     assert task.with_seq_len(128).params()["seq_len"] == 128
     assert AssocRecall.version == 2 and task.registry_name == "assoc_recall"

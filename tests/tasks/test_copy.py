@@ -49,7 +49,14 @@ def test_examples_meet_every_invariant(params):
 
 def test_default_string_fills_the_sequence_and_grows_with_seq_len():
     task = build_task("copy")
-    defaults = {"vocab_size": 32, "seq_len": 64, "copy_len": None, "min_copy_len": None}
+    defaults = {
+        "vocab_size": 32,
+        "seq_len": 64,
+        "copy_len": None,
+        "min_copy_len": None,
+        "load_dist": "uniform",
+        "load_weights": None,
+    }
     assert task.params() == defaults
     assert task.max_len == 31 and task.with_seq_len(129).max_len == 64
     fixed = build_task("copy", seq_len=64, copy_len=10).with_seq_len(128)

@@ -4,29 +4,24 @@
 import inspect
 import re
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from common.checks import is_int, is_real, require, require_choice, require_int
+from common.checks import require_int
 from harness.data import TaskDataModule
 from harness.devices import check_devices
+from harness.failures import BadInput, as_bad_input
+from harness.hydra_job import touched_keys
 from harness.module import RecallModule
-from harness.optim import DECAY_CHOICES, SCHEDULES
 from harness.results import params_of
+from harness.settings import check_settings
 from models import MIXERS
 from models.backbone import LanguageModel
 from tasks import Task, build_task
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-
-class BadInput(ValueError):
-    """A user's mistake found before training: the message names parameter, value, allowed."""
+__all__ = ["BadInput", "Parts", "build", "check_added_keys", "resolved_model_params"]
 
 
 @dataclass
@@ -44,100 +39,15 @@ def resolved_model_params(cfg: DictConfig) -> dict:
     return {**defaults, **params_of(cfg.model)}
 
 
-NOT_ONLY_NUMBERS = ("trainer.devices",)
-"""Keys with a numeric default that also take other values (`devices: auto`)."""
-
-
-@cache
-def numeric_defaults() -> dict[str, float]:
-    """Keys whose default (conf/config.yaml, conf/trainer/default.yaml) is a number."""
-    files = {"": CONF / "config.yaml", "trainer.": CONF / "trainer" / "default.yaml"}
-    numeric = {}
-    for prefix, path in files.items():
-        tree = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        tree.pop("defaults", None)
-        tree.pop("hydra", None)
-        for key, value in leaves(tree, prefix):
-            if is_real(value) and key not in NOT_ONLY_NUMBERS:
-                numeric[key] = value
-    return numeric
-
-
-def leaves(tree: dict, prefix: str = ""):
-    """(dotted key, value) of every non-dict value of a nested dict."""
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            yield from leaves(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
-def check_run_settings(cfg: DictConfig) -> None:
-    """The harness's own settings (the constructors check their parameters): every key whose
-    default is a number must be one, then the ranges."""
-    require_int("seed", cfg.seed, 0)
-    require_int("threads", cfg.get("threads", 0), 0)
-    compile_ = cfg.get("compile", False)
-    require(isinstance(compile_, bool), "compile", compile_, "true or false")
-    require_int("trainer.max_steps", cfg.trainer.max_steps, 1)
-    for key in ("num_train", "num_val", "num_test", "batch_size"):
-        require_int(f"data.{key}", cfg.data[key], 1)
-    require_int("data.seed", cfg.data.seed, 0)
-    for key in numeric_defaults():
-        value = OmegaConf.select(cfg, key, default=None)
-        require(value is None or is_real(value), key, value, "a number")
-    optim = cfg.optim
-    require(is_real(optim.lr) and optim.lr > 0, "optim.lr", optim.lr, "> 0")
-    require(
-        is_real(optim.weight_decay) and optim.weight_decay >= 0,
-        "optim.weight_decay",
-        optim.weight_decay,
-        ">= 0",
-    )
-    require_choice("optim.decay", optim.decay, DECAY_CHOICES)
-    require_choice("optim.schedule", optim.schedule, SCHEDULES)
-    require(
-        is_real(optim.warmup_fraction) and 0 <= optim.warmup_fraction <= 1,
-        "optim.warmup_fraction",
-        optim.warmup_fraction,
-        "a fraction of trainer.max_steps in [0, 1]",
-    )
-    require(
-        is_real(optim.min_lr_ratio) and 0 <= optim.min_lr_ratio <= 1,
-        "optim.min_lr_ratio",
-        optim.min_lr_ratio,
-        "in [0, 1]",
-    )
-    require(
-        optim.grad_clip is None or (is_real(optim.grad_clip) and optim.grad_clip > 0),
-        "optim.grad_clip",
-        optim.grad_clip,
-        "null (no clipping) or > 0",
-    )
-    require(
-        cfg.trainer.get("gradient_clip_val") is None,
-        "trainer.gradient_clip_val",
-        cfg.trainer.get("gradient_clip_val"),
-        "unset: the clip value lives in optim.grad_clip",
-    )
-    require_int("plateau.patience", cfg.plateau.patience, 1)
-    require(
-        is_real(cfg.plateau.min_delta) and cfg.plateau.min_delta >= 0,
-        "plateau.min_delta",
-        cfg.plateau.min_delta,
-        ">= 0",
-    )
-    require(isinstance(cfg.plateau.stop, bool), "plateau.stop", cfg.plateau.stop, "true or false")
-    early = cfg.get("early_stop_acc")
-    never = "null (never stop on accuracy) or a number in (0, 1]"
-    require(early is None or (is_real(early) and 0 < early <= 1), "early_stop_acc", early, never)
-    interval = cfg.trainer.get("val_check_interval")
-    every = is_int(interval) and interval >= 1
-    fraction = isinstance(interval, float) and 0 < interval <= 1
-    allowed = "an integer >= 1 (steps) or a fraction in (0, 1] (of trainer.max_steps)"
-    require(every or fraction, "trainer.val_check_interval", interval, allowed)
-    for length in cfg.task.get("eval_seq_lens") or []:
-        require_int("task.eval_seq_lens", length, 1)
+def check_run(cfg: DictConfig) -> None:
+    """The run-level settings (`harness.settings`), the task's test lengths (the harness's key
+    of every task group) and the device request, as `BadInput`; the constructors check their
+    own parameters."""
+    with as_bad_input():
+        check_settings(cfg)
+        for length in cfg.task.get("eval_seq_lens") or []:
+            require_int("task.eval_seq_lens", length, 1)
+        check_devices(cfg)
 
 
 def check_added_keys(overrides: list[str], known: set[str], groups: set[str]) -> None:
@@ -169,14 +79,6 @@ def did_you_mean(key: str, known: set[str]) -> str:
     return "(`python run.py --cfg job` lists every key; + only adds keys the harness reads)"
 
 
-def touched_keys() -> set[str]:
-    """The keys this run's command line set (empty outside a Hydra app)."""
-    if not HydraConfig.initialized():
-        return set()
-    overrides = HydraConfig.get().overrides.task
-    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
-
-
 def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> BadInput:
     """The constructor's `name=value is invalid` with the name's full key (`model.feature_dim`),
     found in the first of `groups` that has it. When the user did not set that key but set
@@ -198,14 +100,7 @@ def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> Bad
 
 def build(cfg: DictConfig) -> Parts:
     """Construct task, model and data, or raise `BadInput` before any training."""
-    try:
-        check_run_settings(cfg)
-    except ValueError as error:
-        raise BadInput(str(error)) from error
-    try:
-        check_devices(cfg)
-    except ValueError as error:
-        raise BadInput(str(error)) from error
+    check_run(cfg)
     try:
         task = build_task(cfg.task.name, **params_of(cfg.task))
     except ValueError as error:

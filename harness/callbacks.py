@@ -15,18 +15,16 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.build import CONF, BadInput, check_added_keys
+from harness.build import check_added_keys
+from harness.config import CONF_DIR
+from harness.failures import LAST_SWEEP, NEW_RUN_DIRS, BadInput, refused
+from harness.status import status_of, tally
 from harness.sweep import describe_sweep, records_of
-
-LAST_SWEEP: Counter = Counter()
-"""Statuses of the sweep that just ended in this process (`run.py` sets its exit code)."""
-NEW_RUN_DIRS: set[Path] = set()
-"""Single-run folders that did not exist before this run (a refused run may delete them)."""
 
 
 def config_groups() -> set[str]:
     """Every config group (`model`, `hydra/launcher`, ...): folders under conf/, and Hydra's."""
-    groups = {str(p.relative_to(CONF)) for p in CONF.rglob("*") if p.is_dir()}
+    groups = {str(p.relative_to(CONF_DIR)) for p in CONF_DIR.rglob("*") if p.is_dir()}
     return groups | {"hydra", "hydra/launcher", "hydra/sweeper", "hydra/job_logging"}
 
 
@@ -67,8 +65,7 @@ def refuse_added_keys(config: DictConfig, config_name: str | None, overrides: li
     try:
         check_added_keys(overrides, known_keys(config_name, overrides), config_groups())
     except BadInput as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(refused(error))
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
@@ -123,7 +120,6 @@ class SweepConsole(Callback):
 
     def on_multirun_end(self, config: DictConfig, **_: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        statuses = Counter(r.get("status", "failed") for r in records_of(sweep))
+        statuses = Counter(status_of(r) for r in records_of(sweep))
         LAST_SWEEP.update(statuses)
-        counts = ", ".join(f"{statuses[s]} {s}" for s in ("ok", "diverged", "failed"))
-        print(f"{counts} -> python -m harness.report {sweep}", flush=True)
+        print(f"{tally(statuses)} -> python -m harness.report {sweep}", flush=True)

@@ -4,12 +4,12 @@ only on a terminal, one closing line per job, and what to do after Ctrl-C.
 A sweep's header and closing summary are printed by `harness.callbacks` (a Hydra callback)."""
 
 import logging
-import re
 import sys
 import warnings
 from pathlib import Path
 
 from harness.convergence import left_floor
+from harness.status import OK, status_of
 
 KNOWN_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)",  # torch's pytree deprecation, raised by Lightning
@@ -101,12 +101,6 @@ def strongest_baseline(metrics: dict) -> tuple[str, float] | None:
     return name, baselines[name]
 
 
-def diverged_step(error: str | None) -> int | None:
-    """The step in a divergence message (`... at step 132`)."""
-    match = re.search(r"at step (\d+)", error or "")
-    return int(match[1]) if match else None
-
-
 def why_not_converged(record: dict) -> str:
     """Why a run is not converged: still at the binding-free floor (it may not have jumped
     yet, or cannot learn: `harness.convergence.plateaued`), or still improving when the
@@ -122,12 +116,12 @@ def why_not_converged(record: dict) -> str:
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
     """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
     the strongest baseline, state size, time, and why it did not finish when it did not."""
-    status = record.get("status", "failed")
+    status = status_of(record)
     parts = [f"[{position}]" if position else "", f"{status:<8}", record.get("task") or "?"]
     parts.append(record.get("model") or "?")
     parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in values.items()]
     metrics = record.get("metrics") or {}
-    if status == "ok":
+    if status == OK:
         text = f"acc {metrics.get('test/acc', float('nan')):.3f}"
         baseline = strongest_baseline(metrics)
         if baseline:
@@ -139,9 +133,9 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
     train = record.get("train") or {}
     if train:
         parts.append(human_time(train.get("wall_s")))
-        if status == "ok" and train.get("converged") is False:
+        if status == OK and train.get("converged") is False:
             parts.append(f"not converged ({why_not_converged(record)})")
-    if status != "ok":
+    if status != OK:
         parts.append(f"-- {record.get('error') or 'no error message'}")
     return "  ".join(p for p in parts if p)
 

@@ -7,12 +7,11 @@ import os
 from typing import Any
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, ListConfig
 
 from common.checks import require, require_choice
+from harness.hydra_job import in_multirun
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 DATA_PARALLEL = ("auto", "ddp")
@@ -67,8 +66,7 @@ def requested(devices: Any, accelerator: str, have: int) -> int | None:
 
 def in_local_multirun() -> bool:
     """A Hydra sweep whose jobs SLURM did not start (DDP would relaunch the whole sweep)."""
-    multirun = HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-    return multirun and not SLURMEnvironment.detect()
+    return in_multirun() and not SLURMEnvironment.detect()
 
 
 def check_devices(cfg: DictConfig) -> None:

@@ -28,9 +28,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require
-from harness.build import BadInput, Parts, build
+from harness.build import Parts, build
 from harness.checkpoint import WEIGHTS, kept_weights
+from harness.failures import BadInput, as_bad_input, refused
 from harness.results import config_hash, new_record, write_record
+from harness.status import OK, RECORD
 from harness.train import baseline_metrics, describe, job_threads
 from models.backbone import LanguageModel
 
@@ -85,8 +87,8 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
 def load_run(run_dir: str | Path) -> tuple[dict, DictConfig, dict[str, torch.Tensor]]:
     """A finished run's record, its resolved config and its kept weights."""
     run_dir = Path(run_dir)
-    path = run_dir / "results.json"
-    require(path.is_file(), "run_dir", str(run_dir), "a run's folder (it has no results.json)")
+    path = run_dir / RECORD
+    require(path.is_file(), "run_dir", str(run_dir), f"a run's folder (it has no {RECORD})")
     weights_path = run_dir / WEIGHTS
     require(
         weights_path.is_file(),
@@ -149,16 +151,12 @@ def evaluate(
 ) -> dict:
     """Test the kept weights of `run_dir` under `overrides`; returns and writes the record.
     Raises `BadInput` (before any test) for a bad override or a run without kept weights."""
-    try:
+    with as_bad_input():
         trained, cfg, weights = load_run(run_dir)
         cfg = apply_overrides(cfg, overrides)
         on_one_local_device(cfg)
         parts = build(cfg)
         load_weights(parts, weights)
-    except BadInput:
-        raise
-    except ValueError as error:
-        raise BadInput(str(error)) from error
     digest = config_hash(cfg)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "eval" / digest
     if job_threads(cfg):
@@ -175,7 +173,7 @@ def evaluate(
     quiet_trainer(cfg, out).test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
-    record["status"] = "ok"
+    record["status"] = OK
     write_record(out, record)
     return record
 
@@ -191,10 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         record = evaluate(args.run_dir, args.overrides, args.out)
     except BadInput as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return refused(error)
     acc = record["metrics"].get("test/acc")
-    print(f"test/acc={acc} at seq_len={record['seq_len']} -> {record['run_dir']}/results.json")
+    print(f"test/acc={acc} at seq_len={record['seq_len']} -> {record['run_dir']}/{RECORD}")
     return 0
 
 

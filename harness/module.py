@@ -5,15 +5,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from harness.failures import Diverged
 from harness.metrics import RecallAccuracy
 from harness.optim import adamw, warmup_cosine
 from models.backbone import LanguageModel
 from models.mixers.base import DenominatorCollapse
 from tasks import IGNORE
-
-
-class Diverged(RuntimeError):
-    """The training loss became NaN or infinite."""
 
 
 class RecallModule(L.LightningModule):
@@ -55,9 +52,9 @@ class RecallModule(L.LightningModule):
         try:
             _, loss = self._logits_and_loss(batch)
         except DenominatorCollapse as error:
-            raise Diverged(f"{error} at step {self.global_step}") from error
+            raise Diverged(str(error), self.global_step) from error
         if not torch.isfinite(loss):
-            raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
+            raise Diverged(f"training loss is {loss.item()}", self.global_step)
         self.log("train/loss", loss, prog_bar=True)
         return loss
 

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.status import FAILED, RECORD, SUMMARY
+
 HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir", "compile")
 """Top-level config keys that do not change a run's outcome (where files go, logging)."""
 HASH_EXCLUDED_DATA = ("cache_dir",)
@@ -70,7 +72,7 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
     """The record of a run that has not finished yet: status `failed` until it does."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     return {
-        "status": "failed",
+        "status": FAILED,
         "task": cfg.task.name,
         "model": cfg.model.name,
         "task_params": params_of(cfg.task),
@@ -103,7 +105,7 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
 
 
 def write_record(run_dir: Path, record: dict) -> Path:
-    path = Path(run_dir) / "results.json"
+    path = Path(run_dir) / RECORD
     write_atomic(path, json.dumps(jsonable(record), indent=2, sort_keys=True) + "\n")
     return path
 
@@ -111,7 +113,7 @@ def write_record(run_dir: Path, record: dict) -> Path:
 def append_summary(sweep_dir: Path, record: dict) -> Path:
     """Append one line to `summary.jsonl` under an exclusive lock, so that concurrent jobs
     never interleave; each line is written with a single `write` call and fsynced."""
-    path = Path(sweep_dir) / "summary.jsonl"
+    path = Path(sweep_dir) / SUMMARY
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(jsonable(record), sort_keys=True) + "\n"
     with open(path, "a") as handle:
@@ -127,7 +129,7 @@ def append_summary(sweep_dir: Path, record: dict) -> Path:
 
 def read_summary(sweep_dir: Path) -> list[dict]:
     """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped)."""
-    path = Path(sweep_dir) / "summary.jsonl"
+    path = Path(sweep_dir) / SUMMARY
     if not path.exists():
         return []
     records = []

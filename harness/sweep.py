@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.results import read_summary, write_atomic
+from harness.status import RECORD
 
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"
@@ -39,7 +40,7 @@ def records_of(folder: str | Path) -> list[dict]:
     records: dict[str, dict] = {}
     for record in read_summary(folder):
         records[record.get("config_hash") or f"line {len(records)}"] = record
-    for path in sorted(folder.rglob("results.json")):
+    for path in sorted(folder.rglob(RECORD)):
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:

@@ -15,34 +15,23 @@ from typing import Any
 from lightning.pytorch.loggers import WandbLogger
 from omegaconf import DictConfig
 
+from harness.names import in_run_name
 from harness.sweep import swept_values
 
 log = logging.getLogger(__name__)
-MODES = ("offline", "online", "disabled")
 STEP = "trainer/global_step"
 """Lightning's step key: every chart's x axis."""
-SHORT_NAMES = {
-    "backbone.d_model": "d",
-    "backbone.n_layers": "L",
-    "task.num_kv_pairs": "kv",
-    "task.seq_len": "T",
-    "task.vocab_size": "V",
-    "model.feature_dim": "D",
-    "model.n_heads": "h",
-    "optim.lr": "lr",
-    "seed": "s",
-}
 NAME_ORDER = ("backbone.", "model.", "task.", "task.seq_len", "optim.", "", "seed")
 
 
 def name_part(key: str, value: Any) -> str:
     """`d128` for backbone.d_model=128, `lr0.002`, `feature_map-favor`."""
-    short = SHORT_NAMES.get(key, key.rsplit(".", 1)[-1])
     if isinstance(value, float):
         value = f"{value:g}"
     elif isinstance(value, list | tuple):
         value = "_".join(map(str, value))
-    return f"{short}{value}" if short in SHORT_NAMES.values() else f"{short}-{value}"
+    short = in_run_name(key)
+    return f"{short}{value}" if short else f"{key.rsplit('.', 1)[-1]}-{value}"
 
 
 def order_of(key: str) -> int:

@@ -10,17 +10,16 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from harness.build import BadInput, Parts, build, resolved_model_params
+from harness.build import Parts, build, check_run, resolved_model_params
 from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
 from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.convergence import ConvergenceStop
-from harness.module import Diverged
+from harness.failures import is_interruption, outcome
+from harness.hydra_job import experiment_name, job_number, output_dir, parallel_jobs, sweep_dir
 from harness.results import (
     append_summary,
     config_hash,
@@ -29,9 +28,9 @@ from harness.results import (
     state_record,
     write_record,
 )
+from harness.status import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
 from harness.sweep import count_finished_job, sweep_description, swept_values
 from harness.tracking import finish_wandb, run_name, start_wandb, sweep_group
-from models.mixers.base import DenominatorCollapse
 
 log = logging.getLogger(__name__)
 
@@ -54,37 +53,23 @@ class Job:
         )
 
 
-def sweep_dir() -> Path | None:
-    """The multirun's folder when this job is part of one."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return Path(HydraConfig.get().sweep.dir)
-    return None
-
-
-def output_dir(cfg: DictConfig) -> Path:
-    if HydraConfig.initialized():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return Path(cfg.get("output_dir") or ".")
-
-
 def job_threads(cfg: DictConfig) -> int:
     """`threads`, or for parallel sweep jobs (joblib) the cores shared out between them, so
     that jobs do not oversubscribe the machine; 0 = torch's default."""
     if cfg.get("threads"):
         return int(cfg.threads)
-    if HydraConfig.initialized():
-        n_jobs = HydraConfig.get().launcher.get("n_jobs")
-        if isinstance(n_jobs, int) and n_jobs > 1:
-            return max(1, (os.cpu_count() or 1) // n_jobs)
+    n_jobs = parallel_jobs()
+    if n_jobs is not None and n_jobs > 1:
+        return max(1, (os.cpu_count() or 1) // n_jobs)
     return 0
 
 
 def finished_record(cfg: DictConfig, job: Job) -> dict | None:
     """In a sweep with `resume=true`, the `ok` record of an earlier job with the same config."""
-    if job.sweep is None or not cfg.get("resume", True):
-        return None
+    if job.sweep is None or cfg.get("resume", True) is not True:
+        return None  # resume=false (anything else is refused by the settings check)
     done = [r for r in read_summary(job.sweep) if r.get("config_hash") == job.digest]
-    return next((r for r in done if r.get("status") == "ok"), None)
+    return next((r for r in done if r.get("status") == OK), None)
 
 
 def run(cfg: DictConfig) -> dict:
@@ -96,12 +81,13 @@ def run(cfg: DictConfig) -> dict:
         write_record(job.run_dir, done)
         announce(job, done, "skipping: already ok in this sweep (resume=true)")
         return done
-    if job_threads(cfg):
-        torch.set_num_threads(job_threads(cfg))
-    log.info("torch threads: %d", torch.get_num_threads())
     record = new_record(cfg, job.digest, job.run_dir)
     logger = None
     try:
+        check_run(cfg)  # before the threads are set: `threads=two` is one line, not a traceback
+        if job_threads(cfg):
+            torch.set_num_threads(job_threads(cfg))
+        log.info("torch threads: %d", torch.get_num_threads())
         parts = build(cfg)
         describe(record, cfg, parts)
         logger = start_logger(cfg, job, record)
@@ -110,21 +96,20 @@ def run(cfg: DictConfig) -> dict:
         test(trainer, parts, record)
         if cfg.checkpoint.get("keep") and is_recording_rank():
             record["weights"] = str(keep_weights(parts.model, job.run_dir))
-        record["status"] = "ok"
+        record["status"] = OK
         discard(job.checkpoint)
-    except (Diverged, DenominatorCollapse) as error:
-        record.update(status="diverged", error=str(error))
-        discard(job.checkpoint)
-    except BadInput as error:
-        record["error"] = str(error)
-        raise
-    except (KeyboardInterrupt, SystemExit) as error:  # Lightning turns Ctrl-C into exit(1)
-        record["error"] = f"interrupted ({type(error).__name__})"
-        print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
-        raise
     except BaseException as error:
-        record["error"] = f"{type(error).__name__}: {error}"
-        raise
+        ended = outcome(error)  # the failure policy: harness.failures
+        record.update(status=ended.status, error=ended.error)
+        if ended.status == DIVERGED:
+            train = record["train"] or {}
+            step = ended.diverged_at_step
+            train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
+            discard(job.checkpoint)
+        elif is_interruption(error):
+            print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
+        if ended.ends_the_run:
+            raise
     finally:
         finish(job, record, logger)
     return record
@@ -171,20 +156,6 @@ def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
         ],
         config=resolved,
     )
-
-
-def experiment_name() -> str | None:
-    """The preset (`experiment=...`) this run was composed with, if any."""
-    if not HydraConfig.initialized():
-        return None
-    return HydraConfig.get().runtime.choices.get("experiment")
-
-
-def job_number() -> int | None:
-    """This job's index in its sweep."""
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
-        return HydraConfig.get().job.num
-    return None
 
 
 def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float) -> L.Trainer:
@@ -242,6 +213,7 @@ def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dic
             "converged": finished and watch.verdict(),
             "floor": round(watch.floor, 6),
             "stopped_by": stopped_by if finished else None,
+            DIVERGED_AT_STEP: None,
         }
         record["metrics"].update(parts.module.val_results)
 
@@ -277,8 +249,8 @@ def finish(job: Job, record: dict, logger: Logger | None) -> None:
     write_record(job.run_dir, record)
     if job.sweep is not None:
         append_summary(job.sweep, record)
-    if job.sweep is not None or record["status"] != "failed":
-        announce(job, record, f"-> {job.run_dir / 'results.json'}" if job.sweep is None else "")
+    if job.sweep is not None or record["status"] != FAILED:
+        announce(job, record, f"-> {job.run_dir / RECORD}" if job.sweep is None else "")
 
 
 def announce(job: Job, record: dict, note: str = "") -> None:

@@ -33,6 +33,7 @@ from harness.report.points import (
 from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
+from harness.status import status_of, tally
 from harness.sweep import load_sweep, sweep_description
 from harness.tables import print_table, write_csv
 
@@ -136,10 +137,9 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
     lr_grid = "optim.lr" in swept
     points = aggregate(rows, point_keys)
-    statuses = Counter(r.get("status", "failed") for r in rows)
+    statuses = Counter(status_of(r) for r in rows)
     notes = [
-        f"{len(rows)} jobs: "
-        + ", ".join(f"{statuses[s]} {s}" for s in ("ok", "diverged", "failed"))
+        f"{len(rows)} jobs: {tally(statuses)}"
         + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
         "Accuracy: mean over the seeds that finished; error bars: their standard deviation.",
     ]

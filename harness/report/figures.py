@@ -21,6 +21,7 @@ from harness.report.style import (
     model_order,
     short,
 )
+from harness.status import OK
 
 
 def panels(points: list[Point], keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -103,7 +104,7 @@ def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ())
         by_model[p.model].append(p)
     for model, mine in sorted(by_model.items(), key=lambda item: model_order(item[0])):
         mine.sort(key=lambda p: sort_key(get_x(p)))
-        ok = [p for p in mine if p.status == "ok" and get_y(p) is not None]
+        ok = [p for p in mine if p.status == OK and get_y(p) is not None]
         style = dict(color=colour(model), marker=marker(model), markersize=6, linewidth=1.6)
         if ok:
             xs, ys = [get_x(p) for p in ok], [get_y(p) for p in ok]
@@ -134,7 +135,7 @@ def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ())
                     color="dimgrey",
                 )
         for p in mine:
-            if p.status != "ok":
+            if p.status != OK:
                 ax.plot(
                     get_x(p),
                     -0.03,
@@ -186,7 +187,7 @@ def legend_handles(points: list[Point]) -> list[Line2D]:
     for name in sorted({n for p in points for n in p.baselines}):
         style = BASELINE_STYLES.get(name, "-")
         handles.append(Line2D([], [], color="grey", linestyle=style, label=f"baseline: {name}"))
-    if any(p.status != "ok" for p in points):
+    if any(p.status != OK for p in points):
         handles.append(
             Line2D(
                 [], [], color="grey", marker="x", linestyle="none", mew=2, label="failed / diverged"
@@ -225,7 +226,7 @@ def finish(
 def length_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
     """Accuracy against test length from one run (`task.eval_seq_lens`), the training length
     marked; one panel per value of the other varied parameters."""
-    tested = [p for p in points if len(p.by_length) > 1 or (p.status != "ok" and p.by_length)]
+    tested = [p for p in points if len(p.by_length) > 1 or (p.status != OK and p.by_length)]
     if not tested:
         return None
     layout = panels(tested, point_keys)

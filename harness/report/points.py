@@ -4,7 +4,6 @@ validation accuracy, failures and divergences kept with their reason."""
 
 import json
 import math
-import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -12,6 +11,8 @@ from functools import cache
 from typing import Any
 
 import pandas as pd
+
+from harness.status import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 
 AVERAGED = ("seed", "data.seed")
 """Repeats of one point: their test accuracy is averaged (mean, standard deviation)."""
@@ -22,6 +23,8 @@ PARAMETER_KEYS = ("seed", "early_stop_acc")
 NOT_POINT_KEYS = ("task.eval_seq_lens", "trainer.enable_progress_bar")
 LENGTH_PREFIX = "test/acc_by/seq_len/"
 BASELINE_PREFIX = "test/baseline/"
+DIVERGED_STEP = f"train.{DIVERGED_AT_STEP}"
+"""The column of a row (`harness.sweep.flat_row`) that holds the step a run diverged at."""
 
 
 def missing(value: Any) -> bool:
@@ -51,7 +54,7 @@ class Point:
     task: str
     model: str
     params: dict[str, Any]
-    status: str = "failed"
+    status: str = FAILED
     test_acc: float | None = None
     test_acc_std: float | None = None
     seeds: int = 0
@@ -95,7 +98,7 @@ def parameter_columns(rows: list[dict]) -> list[str]:
 
 def refused(row: dict) -> bool:
     """A run refused before it was built (its parameters are the mistake, not a setting)."""
-    return row.get("status") == "failed" and "state.floats_per_layer" not in row
+    return row.get("status") == FAILED and "state.floats_per_layer" not in row
 
 
 def varied(rows: list[dict], columns: list[str]) -> list[str]:
@@ -142,16 +145,11 @@ def short_error(error: str | None) -> str:
     return text if len(text) <= 90 else text[:87] + "..."
 
 
-def step_of(error: str | None) -> int | None:
-    match = re.search(r"at step (\d+)", error or "")
-    return int(match[1]) if match else None
-
-
 def why_not_ok(rows: list[dict]) -> str:
     """One phrase for the failed and diverged rows of a point."""
-    diverged = [r for r in rows if r.get("status") == "diverged"]
+    diverged = [r for r in rows if r.get("status") == DIVERGED]
     if diverged:
-        steps = sorted(s for s in (step_of(r.get("error")) for r in diverged) if s is not None)
+        steps = sorted(r[DIVERGED_STEP] for r in diverged if r.get(DIVERGED_STEP) is not None)
         where = f" at step {steps[0]}" if len(steps) == 1 else ""
         if len(steps) > 1:
             where = f" at steps {', '.join(map(str, steps))}"
@@ -171,19 +169,19 @@ def aggregate(rows: list[dict], point_keys: list[str]) -> list[Point]:
 
 def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
     def validation(group: list[dict]) -> float:
-        val, _ = mean_std([r.get("val/acc") for r in group if r.get("status") == "ok"])
+        val, _ = mean_std([r.get("val/acc") for r in group if r.get("status") == OK])
         return -1.0 if val is None else val
 
     group = max(by_lr.values(), key=validation)
     if validation(group) < 0:  # nothing ok at any learning rate: show every attempt
         group = [r for g in by_lr.values() for r in g]
-    ok = [r for r in group if r.get("status") == "ok"]
+    ok = [r for r in group if r.get("status") == OK]
     first = group[0]
     point = Point(first.get("task"), first.get("model"), {k: first.get(k) for k in point_keys})
     point.lr = first.get("optim.lr") if ok else None
     point.seq_len = first.get("task.seq_len", first.get("seq_len"))
     point.seeds, point.not_ok = len(ok), len(group) - len(ok)
-    point.status = "ok" if ok else ("diverged" if any_diverged(group) else "failed")
+    point.status = OK if ok else (DIVERGED if any_diverged(group) else FAILED)
     point.test_acc, point.test_acc_std = mean_std([r.get("test/acc") for r in ok])
     states = [r["state.bytes_per_layer"] for r in group if "state.bytes_per_layer" in r]
     point.state_bytes = states[0] if states else None
@@ -201,14 +199,14 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
         if k.startswith(BASELINE_PREFIX)
     } or fallback_baselines(first)
     point.refused = all(refused(r) for r in group)
-    point.note = why_not_ok([r for r in group if r.get("status") != "ok"])
+    point.note = why_not_ok([r for r in group if r.get("status") != OK])
     if ok and point.note:
         point.note = f"{point.not_ok} of {len(group)} seeds {point.note}"
     return point
 
 
 def any_diverged(rows: list[dict]) -> bool:
-    return any(r.get("status") == "diverged" for r in rows)
+    return any(r.get("status") == DIVERGED for r in rows)
 
 
 def mean_metrics(rows: list[dict]) -> dict[str, float]:

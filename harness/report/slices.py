@@ -15,6 +15,7 @@ from harness.report.style import (
     grid,
     model_order,
 )
+from harness.status import OK
 
 
 def slice_values(point: Point, name: str) -> dict[int, float]:
@@ -40,7 +41,7 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
     for ax, (model, values) in zip(axes, layout, strict=True):
         mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
         lengths = sorted({p.seq_len for p in mine}, key=sort_key)
-        ok = [p for p in mine if p.status == "ok" and slice_values(p, "depth_bin")]
+        ok = [p for p in mine if p.status == OK and slice_values(p, "depth_bin")]
         depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
         ax.set_title(" · ".join(filter(None, [model, describe(values)])), fontsize=10)
         unfinished = {p.seq_len for p in mine if p.converged is False}
@@ -95,7 +96,7 @@ def copy_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
         by_length = [
             replace(p, test_acc=acc, test_acc_std=None, params={**p.params, "copy_len": n})
             for p in mine
-            if p.status == "ok"
+            if p.status == OK
             for n, acc in slice_values(p, "copy_len").items()
         ]
         draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc)
@@ -103,6 +104,6 @@ def copy_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
         ax.set_xlabel(AXIS_TITLES["copy_len"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    unplaced = [p for p in copy if p.status != "ok"]
+    unplaced = [p for p in copy if p.status != OK]
     finish(fig, axes, copy, "Copying: accuracy against string length", unplaced)
     return fig

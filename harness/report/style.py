@@ -12,20 +12,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from harness.console import human_bytes  # noqa: E402
+from harness.names import in_figure as short  # noqa: E402
+from models import MIXERS  # noqa: E402
 
-KNOWN_MODELS = (
-    "softmax",
-    "linear",
-    "favor",
-    "retnet",
-    "rwkv",
-    "based",
-    "deltanet",
-    "rff",
-    "identity",
-    "sliding_window",
-)
-"""The registry's mixers in a fixed order: model i gets colour i, whatever the sweep holds."""
+REFERENCE = "softmax"
+KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENCE))
+"""The registry's mixers in a fixed order, softmax (the reference) first, then by name: model
+i gets colour i, whatever the sweep holds."""
 MARKERS = "osD^vP*Xhp<>"
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
@@ -40,13 +33,6 @@ AXIS_TITLES = {
 }
 ACCURACY = "test accuracy (scored tokens)"
 BASELINE_STYLES = {"chance": ":", "in_context": "--", "elimination": "-."}
-SHORT_NAMES = {
-    "backbone.d_model": "d_model",
-    "task.num_kv_pairs": "kv pairs",
-    "task.seq_len": "seq_len",
-    "task.vocab_size": "vocab",
-}
-
 
 VARIANT_COLOURS: dict[str, Any] = {}
 """Colours handed to names outside the registry (a model's variants, "linear elu") in the
@@ -56,7 +42,7 @@ order they are first drawn: Dark2's strong colours, distinct from one another.""
 def colour(model: str) -> Any:
     """The model's colour: softmax black, the others tab10 in registry order, variants and
     unknown names Dark2 in order of appearance."""
-    if model == "softmax":
+    if model == REFERENCE:
         return "black"
     if model in KNOWN_MODELS:
         return plt.cm.tab10(KNOWN_MODELS.index(model) - 1)
@@ -73,11 +59,6 @@ def model_order(model: str) -> tuple:
 def marker(model: str) -> str:
     index = KNOWN_MODELS.index(model) if model in KNOWN_MODELS else sum(map(ord, model))
     return MARKERS[index % len(MARKERS)]
-
-
-def short(key: str) -> str:
-    """A parameter's name for panel titles and annotations (`d_model`, `kv pairs`)."""
-    return SHORT_NAMES.get(key, key.split(".", 1)[-1])
 
 
 def describe(params: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ state per job), and the jobs that did not finish with their error."""
 from typing import Any
 
 from harness.report.points import Point, sort_key
+from harness.status import OK
 
 
 def rounded(value: float | None, digits: int = 3) -> float | None:
@@ -47,7 +48,7 @@ def frontier_rows(rows: list[dict]) -> list[dict]:
             "test_acc": r.get("test/acc"),
         }
         for r in rows
-        if r.get("status") == "ok"
+        if r.get("status") == OK
     ]
 
 
@@ -55,7 +56,7 @@ def problem_rows(rows: list[dict], swept: list[str]) -> list[dict]:
     """Each failed or diverged job: what it ran (its swept values) and its error."""
     out = []
     for r in rows:
-        if r.get("status") == "ok":
+        if r.get("status") == OK:
             continue
         values = {k: r.get(k) for k in ("task", "model", "task.seq_len", *swept) if k in r}
         out.append(

@@ -37,6 +37,7 @@ def record(
     metrics: dict | None = None,
     converged: bool | None = True,
     baselines: dict | None = None,
+    diverged_at_step: int | None = None,
 ) -> dict:
     """One job's record; `status="failed"` with no state is a refused run's record."""
     params = {"vocab_size": 128, "seq_len": seq_len, "num_kv_pairs": 8, "power_a": 0.01}
@@ -54,6 +55,7 @@ def record(
             all_metrics[f"test/baseline/{name}"] = value
     all_metrics.update(metrics or {})
     train = {"steps": 400, "wall_s": 12.0, "tokens_per_s": 1e5, "resumed_from_step": 0}
+    train["diverged_at_step"] = diverged_at_step
     if converged is not None:
         train.update(converged=converged, val_curve=[[100, 0.1], [400, acc or 0.0]])
     refused = status == "failed" and error and "invalid" in error
@@ -137,9 +139,17 @@ def needle_grid(folder: Path, diverged: str = "rff") -> Path:
                 )
             )
     for seq_len in (64, 128, 256):
-        error = f"denominator collapse: 40% of eq. 9 denominators <= 0 at step {10 * seq_len}"
+        step = 10 * seq_len
+        error = f"denominator collapse: 40% of eq. 9 denominators <= 0 at step {step}"
         records.append(
-            record(diverged, task="needle", seq_len=seq_len, status="diverged", error=error)
+            record(
+                diverged,
+                task="needle",
+                seq_len=seq_len,
+                status="diverged",
+                error=error,
+                diverged_at_step=step,
+            )
         )
     refused = "model.feature_dim=0 is invalid: must be an integer >= 1"
     records.append(

@@ -17,7 +17,9 @@ from harness.report.points import (
     parameter_columns,
     varied,
 )
+from harness.report.style import KNOWN_MODELS, colour, marker
 from harness.sweep import load_sweep
+from models import MIXERS
 from tests.harness.synthetic import (
     FRONTIER_MODELS,
     NEEDLE_MODELS,
@@ -70,14 +72,15 @@ def test_state_frontier_collision_one_line_per_model(tmp_path: Path) -> None:
     labels = tick_labels(ax)
     assert len(labels) >= 3 and all(label.endswith("KiB") for label in labels), labels
     legend = figures["acc_vs_state"].legends[0]
-    assert [t.get_text() for t in legend.get_texts()][:6] == [
-        "softmax",
-        "linear",
-        "favor",
-        "retnet",
-        "based",
-        "deltanet",
-    ]  # the registry's fixed order, whatever the sweep's
+    shown = [t.get_text() for t in legend.get_texts()][: len(FRONTIER_MODELS)]
+    assert shown == [m for m in KNOWN_MODELS if m in FRONTIER_MODELS]  # whatever the sweep's
+    assert shown[0] == "softmax"
+
+
+def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
+    assert sorted(KNOWN_MODELS) == MIXERS.names() and KNOWN_MODELS[0] == "softmax"
+    assert len({str(colour(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
+    assert len({marker(m) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:
@@ -98,14 +101,8 @@ def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:
     panels = [a for a in figures["acc_vs_state"].get_axes() if a.get_visible()]
     assert [a.get_title() for a in panels] == [f"needle · seq_len={n}" for n in (64, 128, 256)]
     heatmap = [a for a in figures["needle_heatmap"].get_axes() if a.get_title()]
-    assert [a.get_title() for a in heatmap] == [
-        "softmax",
-        "linear",
-        "favor",
-        "based",
-        "deltanet",
-        "rff",
-    ]
+    drawn = (*NEEDLE_MODELS, "rff")  # the diverged model has a panel too
+    assert [a.get_title() for a in heatmap] == [m for m in KNOWN_MODELS if m in drawn]
     rff = next(a for a in heatmap if a.get_title() == "rff")
     assert any("no ok job" in t.get_text() and "step 640" in t.get_text() for t in rff.texts)
 

@@ -1,0 +1,165 @@
+"""The failure policy, in one place: what an exception makes of a run's record (its status and
+error) and of the process (its exit code).
+
+    exception                       record                    single run      sweep job
+    BadInput (a user's mistake)     failed, its one line      that line, 2    recorded, goes on
+    Diverged, DenominatorCollapse   diverged, with the step   exit 0          recorded, goes on
+    KeyboardInterrupt, SystemExit   failed, "interrupted"     raised          raised
+    any other error                 failed, "Type: message"   traceback, 1    traceback.txt
+
+The step of a divergence is the record's `train.diverged_at_step`; a sweep job that failed on
+an error leaves its traceback in `traceback.txt` and the sweep goes on.
+
+A sweep with a failed job exits 1 when it ends. `HYDRA_FULL_ERROR=1` raises every exception
+with its traceback (for debugging). `run.py` (through `hydra_task`), the sweep callback
+(`harness.callbacks`) and `python -m harness.evaluate` all follow it; `harness.train.run`
+writes the record with `outcome`.
+"""
+
+import contextlib
+import functools
+import os
+import shutil
+import sys
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from harness.hydra_job import output_dir, sweep_dir
+from harness.status import DIVERGED, FAILED, TRACEBACK
+from models.mixers.base import DenominatorCollapse
+
+EXIT_FAILED_JOBS = 1
+"""A sweep that ends with a failed job (the other jobs ran)."""
+EXIT_BAD_INPUT = 2
+"""Bad input, refused before anything ran (as argparse and Hydra's own usage errors)."""
+
+
+class BadInput(ValueError):
+    """A user's mistake found before training: the message names the full key, the value and
+    what is allowed, in one line."""
+
+
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite (or a mixer's denominator collapsed) at
+    optimiser step `step`; the message is `<reason> at step <step>`."""
+
+    def __init__(self, reason: str, step: int) -> None:
+        super().__init__(f"{reason} at step {step}")
+        self.reason, self.step = reason, step
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an exception makes of a run's record: `status`, `error`, and for a divergence the
+    step (`train.diverged_at_step`; None when the exception does not say)."""
+
+    status: str
+    error: str
+    diverged_at_step: int | None = None
+
+    @property
+    def ends_the_run(self) -> bool:
+        """Whether the exception goes on up after it is recorded (a divergence is a result)."""
+        return self.status != DIVERGED
+
+
+def outcome(error: BaseException) -> Outcome:
+    """The record's status and error for an exception raised by a run."""
+    if isinstance(error, Diverged):
+        return Outcome(DIVERGED, str(error), error.step)
+    if isinstance(error, DenominatorCollapse):
+        return Outcome(DIVERGED, str(error))
+    if isinstance(error, BadInput):
+        return Outcome(FAILED, str(error))
+    if is_interruption(error):
+        return Outcome(FAILED, f"interrupted ({type(error).__name__})")
+    return Outcome(FAILED, f"{type(error).__name__}: {error}")
+
+
+def is_interruption(error: BaseException) -> bool:
+    """Ctrl-C, or the `exit(1)` that Lightning turns it into."""
+    return isinstance(error, KeyboardInterrupt | SystemExit)
+
+
+@contextlib.contextmanager
+def as_bad_input() -> Iterator[None]:
+    """A `ValueError` raised inside (a constructor's or a check's) is the user's input:
+    re-raised as `BadInput` with the same message."""
+    try:
+        yield
+    except BadInput:
+        raise
+    except ValueError as error:
+        raise BadInput(str(error)) from error
+
+
+def full_error() -> bool:
+    """`HYDRA_FULL_ERROR=1`: every exception with its traceback."""
+    return os.environ.get("HYDRA_FULL_ERROR") == "1"
+
+
+def refused(error: BadInput) -> int:
+    """Print a refusal as its one line (`error: <message>`) and return its exit code; with
+    `HYDRA_FULL_ERROR=1` raise it instead."""
+    if full_error():
+        raise error
+    print(f"error: {error}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+NEW_RUN_DIRS: set[Path] = set()
+"""Single-run folders that did not exist before this run (a refused run removes its own)."""
+LAST_SWEEP: Counter = Counter()
+"""Statuses of the sweep that just ended in this process (`sweep_exit_code`)."""
+
+
+def sweep_exit_code() -> int:
+    """0, or `EXIT_FAILED_JOBS` when the sweep that just ended has a failed job."""
+    return EXIT_FAILED_JOBS if LAST_SWEEP[FAILED] else 0
+
+
+def forget(folder: Path) -> None:
+    """A refused run leaves no folder behind, nor the emptied folders above it that it
+    created (`outputs/<date>`), up to the working directory; a folder that existed before the
+    run (`hydra.run.dir=` an old one) is left as it is."""
+    if folder.resolve() not in NEW_RUN_DIRS:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    here = Path.cwd().resolve()
+    for parent in folder.resolve().parents:
+        if parent == here or here not in parent.parents:
+            break
+        with contextlib.suppress(OSError):
+            parent.rmdir()  # only succeeds when empty
+
+
+def hydra_task(run: Callable[[DictConfig], dict]) -> Callable[[DictConfig], float | None]:
+    """`run` (config -> record) as Hydra's task function under the policy above; it returns
+    the run's `test/acc` (what a sweeper optimises), None when the job failed in a sweep."""
+
+    @functools.wraps(run)
+    def task(cfg: DictConfig) -> float | None:
+        try:
+            record = run(cfg)
+        except BadInput as error:
+            if full_error():
+                raise
+            if sweep_dir() is not None:
+                return None  # recorded as failed (and printed); the sweep goes on
+            forget(output_dir(cfg))
+            sys.exit(refused(error))
+        except Exception:
+            if full_error() or sweep_dir() is None:
+                raise
+            path = output_dir(cfg) / TRACEBACK  # the job is recorded as failed; go on
+            path.write_text(traceback.format_exc())
+            print(f"traceback: {path}", file=sys.stderr)
+            return None
+        return record["metrics"].get("test/acc")
+
+    return task

@@ -1,0 +1,295 @@
+"""The run-level settings, declared once: every key the harness reads at the top of the config
+(`seed`, `threads`, `plateau.*`, `data.*`, `checkpoint.*`, `optim.*`, ...) and every key it
+passes on to Lightning (`trainer.*`) and to W&B (`logger.*`), with its type, its range or
+choices and its default (as Zoology's `TrainConfig`).
+
+    from harness.settings import check_settings, declared, RunSettings
+    RunSettings().optim.lr                  # 0.002, the default
+    declared()["optim.lr"].allowed          # "a number > 0"
+    check_settings(cfg)                     # ValueError: optim.lr=0 is invalid: must be > 0
+
+The declaration is both the check and the default: `conf/config.yaml`,
+`conf/trainer/default.yaml` and `conf/logger/wandb.yaml` list the same keys with the same
+values, so that `python run.py --cfg job` shows every knob, and `tests/test_configs.py` holds
+them to it. A group's own keys are declared elsewhere: `task.*` and `model.*` by the
+registered constructors, `backbone.*` by `models.backbone.LanguageModel`.
+
+Types: `int`, `float` (an int is a number too), `bool` (`true`/`false`, never a word such as
+`yes`), `str`, `Literal[...]` (one of the choices), `X | None` (null allowed, with the meaning
+given). A key declared with `ABSENT` is not in the default config (a group option such as
+`trainer=ddp` sets it, or `+trainer.<key>=` adds it) and is checked when present."""
+
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+from lightning.fabric.connector import _PRECISION_INPUT
+from lightning.pytorch.strategies import StrategyRegistry
+from omegaconf import DictConfig, OmegaConf
+
+from common.checks import is_int, is_real, require
+from harness.devices import ACCELERATORS
+from harness.optim import DECAY_CHOICES, SCHEDULES
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+"""The default of a key that the default config does not have."""
+
+PRECISIONS = tuple(v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group))
+"""Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
+STRATEGIES = ("auto", *StrategyRegistry.available_strategies())
+WANDB_MODES = ("offline", "online", "disabled")
+LOGGERS = ("none", "wandb")
+"""The `logger` group's options (conf/logger/<name>.yaml), each naming itself in `name`."""
+
+
+def setting(
+    default: Any,
+    *,
+    low: float | None = None,
+    above: float | None = None,
+    high: float | None = None,
+    none: str | None = None,
+    note: str = "",
+    check: typing.Callable[[Any], bool] | None = None,
+    allowed: str | None = None,
+) -> Any:
+    """A declared field: its `default`, its range (`low <= value`, `above < value`,
+    `value <= high`), what null means where null is allowed (`none`), a `note` on the
+    allowed values; or its own `check` with the `allowed` text it refuses with."""
+    meta = dict(low=low, above=above, high=high, none=none, note=note, check=check)
+    return field(default=default, metadata={**meta, "allowed": allowed})
+
+
+def steps_or_fraction(value: Any) -> bool:
+    return (is_int(value) and value >= 1) or (isinstance(value, float) and 0 < value <= 1)
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """No validation in the last `patience` beat the best before it by more than `min_delta`
+    (and the validation set's noise: `harness.convergence`)."""
+
+    patience: int = setting(5, low=1)
+    min_delta: float = setting(0.01, low=0)
+    stop: bool = True
+
+
+@dataclass(frozen=True)
+class Data:
+    """Examples per split and per optimiser step (the global batch under data parallelism),
+    the data seed and the dataset cache (`harness.data`)."""
+
+    num_train: int = setting(100000, low=1)
+    num_val: int = setting(1000, low=1)
+    num_test: int = setting(2000, low=1)
+    batch_size: int = setting(64, low=1)
+    seed: int = setting("${seed}", low=0)
+    cache_dir: str = "${oc.env:RECALL_HARNESS_CACHE,${oc.env:HOME,.}/.cache/recall-harness}"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Kill-safe training state, and the final weights a run may keep (`harness.checkpoint`)."""
+
+    dir: str = "${oc.env:RECALL_HARNESS_CKPT,outputs/checkpoints}"
+    keep: bool = False
+
+
+@dataclass(frozen=True)
+class Optim:
+    """AdamW, warm-up then cosine, gradient clipping (`harness.optim`)."""
+
+    lr: float = setting(0.002, above=0)
+    weight_decay: float = setting(0.1, low=0)
+    decay: Literal[DECAY_CHOICES] = "matrices"
+    schedule: Literal[SCHEDULES] = "cosine"
+    warmup_fraction: float = setting(0.05, low=0, high=1, note="a fraction of trainer.max_steps")
+    min_lr_ratio: float = setting(0.1, low=0, high=1)
+    grad_clip: float | None = setting(1.0, above=0, none="no clipping")
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """The arguments of Lightning's `Trainer` that the configs set (`conf/trainer/`); device
+    requests are checked against the machine by `harness.devices`."""
+
+    accelerator: Literal[ACCELERATORS] = "auto"
+    devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.devices")
+    precision: Literal[PRECISIONS] = "32-true"
+    max_steps: int = setting(1500, low=1)
+    max_epochs: int | None = setting(-1, low=-1, none="no epoch limit", note="-1: no limit")
+    val_check_interval: int | float = setting(
+        100,
+        check=steps_or_fraction,
+        allowed="an integer >= 1 (steps) or a fraction in (0, 1] (of trainer.max_steps)",
+    )
+    check_val_every_n_epoch: int | None = setting(None, low=1, none="validate by steps only")
+    num_sanity_val_steps: int = setting(0, low=-1, note="-1: the whole validation set")
+    log_every_n_steps: int = setting(20, low=1)
+    enable_progress_bar: bool = True
+    enable_model_summary: bool = False
+    deterministic: bool | Literal["warn"] = setting(
+        False, check=lambda v: isinstance(v, bool) or v == "warn", allowed="true, false or warn"
+    )
+    use_distributed_sampler: bool = False
+    strategy: Literal[STRATEGIES] = ABSENT
+    num_nodes: int = setting(ABSENT, low=1)
+    gradient_clip_val: None = setting(
+        ABSENT, check=lambda v: v is None, allowed="unset: the clip value lives in optim.grad_clip"
+    )
+
+
+@dataclass(frozen=True)
+class Logger:
+    """W&B (`harness.tracking`); `logger=none` has only `name`."""
+
+    name: Literal[LOGGERS] = "wandb"
+    project: str = "recall-harness"
+    entity: str | None = setting(None, none="your default W&B entity")
+    mode: Literal[WANDB_MODES] = "offline"
+    init_timeout: float = setting(15, above=0, note="seconds")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Every run-level setting (the top-level keys of `conf/config.yaml`, and `trainer`,
+    `logger`)."""
+
+    seed: int = setting(0, low=0)
+    threads: int = setting(0, low=0, note="0: torch's default")
+    resume: bool = True
+    compile: bool = False
+    early_stop_acc: float | None = setting(0.99, above=0, high=1, none="never stop on accuracy")
+    plateau: Plateau = field(default_factory=Plateau)
+    data: Data = field(default_factory=Data)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    optim: Optim = field(default_factory=Optim)
+    trainer: Trainer = field(default_factory=Trainer)
+    logger: Logger = field(default_factory=Logger)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared key: its full dotted name, type, default and what it allows."""
+
+    key: str
+    kind: Any
+    default: Any
+    meta: dict
+
+    @property
+    def nullable(self) -> bool:
+        return type(None) in typing.get_args(self.kind)
+
+    @property
+    def base(self) -> Any:
+        """The type without `| None`."""
+        args = [a for a in typing.get_args(self.kind) if a is not type(None)]
+        if typing.get_origin(self.kind) is Literal or len(args) != 1:
+            return self.kind
+        return args[0]
+
+    def range_text(self) -> str:
+        low, above, high = (self.meta.get(k) for k in ("low", "above", "high"))
+        if high is not None:
+            opening = "(" if above is not None else "["
+            text = f"in {opening}{above if above is not None else low}, {high}]"
+        elif above is not None:
+            text = f"> {above}"
+        elif low is not None:
+            text = f">= {low}"
+        else:
+            text = ""
+        note = self.meta.get("note")
+        return f"{text} ({note})" if text and note else text or note or ""
+
+    @property
+    def allowed(self) -> str:
+        """What the key allows, as the refusal says it."""
+        if self.meta.get("allowed"):
+            return self.meta["allowed"]
+        base, rng = self.base, self.range_text()
+        if typing.get_origin(base) is Literal:
+            text = f"one of {', '.join(dict.fromkeys(map(str, typing.get_args(base))))}"
+        elif base is bool:
+            text = "true or false"
+        elif base is int:
+            text = f"an integer {rng}".rstrip()
+        elif base is float:
+            text = f"a number {rng}".rstrip()
+        else:
+            text = "a string (quoted if it reads as a number)"
+        if self.nullable:
+            text = f"null ({self.meta['none']}) or {text}"
+        return text
+
+    def type_ok(self, value: Any) -> bool:
+        base = self.base
+        if typing.get_origin(base) is Literal:
+            return any(value == c and type(value) is type(c) for c in typing.get_args(base))
+        if base is bool:
+            return isinstance(value, bool)
+        if base is int:
+            return is_int(value)
+        if base is float:
+            return is_real(value)
+        return isinstance(value, str)
+
+    def range_ok(self, value: Any) -> bool:
+        low, above, high = (self.meta.get(k) for k in ("low", "above", "high"))
+        return (
+            (low is None or value >= low)
+            and (above is None or value > above)
+            and (high is None or value <= high)
+        )
+
+    def check(self, value: Any) -> None:
+        """Raise `ValueError("<key>=<value> is invalid: must be <allowed>")` unless allowed.
+
+        A number of the right type out of range is refused with the range alone
+        (`optim.lr=0 is invalid: must be > 0`)."""
+        own = self.meta.get("check")
+        if own is not None:
+            require(own(value), self.key, value, self.allowed)
+            return
+        if value is None and self.nullable:
+            return
+        require(self.type_ok(value), self.key, value, self.allowed)
+        plain_number = self.base is float and not self.nullable
+        allowed = self.range_text() if plain_number else self.allowed
+        require(self.range_ok(value), self.key, value, allowed)
+
+
+def declared(cls: type = RunSettings, prefix: str = "") -> dict[str, Setting]:
+    """Every declared key (`optim.lr`, `trainer.precision`, ...) in declaration order."""
+    out: dict[str, Setting] = {}
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        kind = hints[f.name]
+        if is_dataclass(kind):
+            out.update(declared(kind, f"{prefix}{f.name}."))
+        else:
+            key = f"{prefix}{f.name}"
+            out[key] = Setting(key, kind, f.default, dict(f.metadata))
+    return out
+
+
+def defaults() -> dict[str, Any]:
+    """The declared default of every key the default config has (interpolations unresolved)."""
+    return {k: s.default for k, s in declared().items() if s.default is not ABSENT}
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Hold a composed config to the declaration: every declared key it has must be of the
+    declared type, in range; raises one `ValueError` naming the full key, the value and what
+    is allowed. Keys the config does not have (`logger.project` with `logger=none`) pass."""
+    for key, spec in declared().items():
+        value = OmegaConf.select(cfg, key, default=ABSENT)
+        if value is not ABSENT:
+            spec.check(value)

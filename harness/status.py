@@ -1,0 +1,40 @@
+"""A run's record, named in one place: the statuses it can end with, the keys the harness
+writes beside its metrics, and the files a run and a sweep keep (README, "The record").
+
+    ok        the run trained and tested
+    diverged  the training loss became NaN or infinite (or a denominator collapsed); the
+              record's `train.diverged_at_step` says when
+    failed    anything else: bad input (refused before training), an error, an interruption
+"""
+
+from collections import Counter
+
+OK = "ok"
+DIVERGED = "diverged"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+"""Reserved for a run stopped by Ctrl-C or a signal; no run ends with it: an interrupted run is
+`failed`, its error `interrupted (KeyboardInterrupt)`."""
+STATUSES = (OK, DIVERGED, FAILED)
+"""The statuses a record ends with, in the order a sweep's summary counts them."""
+
+DIVERGED_AT_STEP = "diverged_at_step"
+"""Key of the record's `train` block: the optimiser step at which the run diverged (None when
+it did not)."""
+
+RECORD = "results.json"
+"""A run's record, in its folder (and a re-test's, in its own)."""
+SUMMARY = "summary.jsonl"
+"""A sweep's records, one line per finished job, in the sweep's folder."""
+TRACEBACK = "traceback.txt"
+"""The traceback of a sweep job that failed on an error, in the job's folder."""
+
+
+def status_of(record: dict) -> str:
+    """A record's status; a record without one (cut short by a kill) counts as failed."""
+    return record.get("status", FAILED)
+
+
+def tally(statuses: Counter) -> str:
+    """`3 ok, 0 diverged, 1 failed`: how a sweep's jobs ended."""
+    return ", ".join(f"{statuses[s]} {s}" for s in STATUSES)

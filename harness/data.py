@@ -7,9 +7,18 @@ W equal parts, so every rank sees different examples, the union over ranks is ex
 batch one process would draw at that step, and a resumed run continues exactly.
 Evaluation splits are sharded without repetition (rank r takes examples r, r + W, ...), so
 each example is counted once when the ranks' counts are summed.
+
+A mixture of task settings (Zoology's list of (length, pairs) with shares of the examples)
+trains on several variants of the task at once: each component is generated and cached on its
+own, every batch holds examples of one component only (so batches of different lengths never
+pad), and the components' batches are interleaved at random in proportion to their sizes
+(`MixtureBatchSampler`); validation draws from the same mixture. Test sets may use other
+settings than training (`test_overrides`: e.g. a wider range of loads).
 """
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -17,8 +26,13 @@ import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from common.checks import is_real, require
 from harness.dataset_cache import load_split, split_seed
 from tasks import Task
+from tasks.base import pool_baselines, scored_positions
+
+Mixture = list[tuple[dict[str, Any], float]]
+"""Components of a mixture: (task-parameter overrides, share of the examples)."""
 
 
 class ArrayDataset(Dataset):
@@ -40,10 +54,38 @@ class ArrayDataset(Dataset):
         return {name: column[index] for name, column in self.columns.items()}
 
 
+class EpochBatches:
+    """Batch b of a stream of batches over `num_examples`: slice b mod E of the permutation
+    of epoch b // E (E = max(1, num_examples // batch_size) batches per epoch), drawn from a
+    generator seeded with seed * 1_000_003 + epoch. The permutation of the current epoch is
+    kept, so consecutive batches cost one slice each."""
+
+    def __init__(self, num_examples: int, batch_size: int, seed: int) -> None:
+        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        self.per_epoch = max(1, num_examples // batch_size)
+        self.epoch, self.order = None, None
+
+    def batch(self, index: int) -> torch.Tensor:
+        """int64 [<= batch_size]: the example indices of batch `index`."""
+        if index // self.per_epoch != self.epoch:
+            self.epoch = index // self.per_epoch
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            self.order = torch.randperm(self.num_examples, generator=generator)
+        start = (index % self.per_epoch) * self.batch_size
+        return self.order[start : start + self.batch_size]
+
+
+def check_split(batch_size: int, rank: int, world_size: int) -> None:
+    if batch_size % world_size or not 0 <= rank < world_size:
+        raise ValueError(
+            f"batch_size={batch_size} must split evenly over world_size={world_size} (rank={rank})"
+        )
+
+
 class StepBatchSampler(Sampler[list[int]]):
-    """Training batches as a function of the step alone: batch s is slice s mod E of the
-    permutation of epoch s // E (E = batches per epoch), drawn from a generator seeded with
-    (seed, epoch). Starting at `start_step` (< num_steps) continues a killed run exactly.
+    """Training batches as a function of the step alone: batch s is batch s of
+    `EpochBatches(num_examples, batch_size, seed)`. Starting at `start_step` (< num_steps)
+    continues a killed run exactly.
 
     Under data parallelism `batch_size` is the global batch: rank `rank` of `world_size`
     yields the rank-th of world_size equal, disjoint parts of every step's batch."""
@@ -58,11 +100,7 @@ class StepBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        if batch_size % world_size or not 0 <= rank < world_size:
-            raise ValueError(
-                f"batch_size={batch_size} must split evenly over world_size={world_size}"
-                f" (rank={rank})"
-            )
+        check_split(batch_size, rank, world_size)
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         self.start_step, self.num_steps = start_step, num_steps
         self.rank, self.world_size = rank, world_size
@@ -72,25 +110,170 @@ class StepBatchSampler(Sampler[list[int]]):
         """All steps of training (Lightning's loop counts restored steps into the epoch)."""
         return self.num_steps
 
+    def batches(self) -> Callable[[int], torch.Tensor]:
+        """step -> the global batch of that step (int64 example indices)."""
+        return EpochBatches(self.num_examples, self.batch_size, self.seed).batch
+
     def __iter__(self):
-        epoch, order = None, None
+        batch_at = self.batches()
         for step in range(self.start_step, self.num_steps):
-            if step // self.per_epoch != epoch:
-                epoch = step // self.per_epoch
-                generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                order = torch.randperm(self.num_examples, generator=generator)
-            index = step % self.per_epoch
-            batch = order[index * self.batch_size : (index + 1) * self.batch_size]
-            yield batch.tensor_split(self.world_size)[self.rank].tolist()
+            yield batch_at(step).tensor_split(self.world_size)[self.rank].tolist()
+
+
+class MixtureBatchSampler(StepBatchSampler):
+    """Training batches of a mixture, as a function of the step alone; each batch is drawn
+    from one component (indices into the concatenation of the components, `offsets`).
+
+    Component c (`sizes[c]` examples) is a stream `EpochBatches(sizes[c], batch_size,
+    seed_c)` of E_c batches per epoch. An epoch of the mixture is E = sum_c E_c steps, in an
+    order drawn with a generator seeded by (seed, epoch): component c takes E_c of them, so
+    the batches of each component come in proportion to its size, at random; the k-th step
+    of component c in epoch e takes its batch e * E_c + k."""
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        batch_size: int,
+        seed: int,
+        start_step: int,
+        num_steps: int,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        super().__init__(sum(sizes), batch_size, seed, start_step, num_steps, rank, world_size)
+        self.sizes = list(sizes)
+        self.offsets = np.cumsum([0, *self.sizes])[:-1].tolist()
+        self.component_seeds = [split_seed(seed, "train", c) for c in range(len(self.sizes))]
+        self.per_component = [max(1, n // batch_size) for n in self.sizes]
+        labels = np.repeat(np.arange(len(self.sizes)), self.per_component)
+        self.labels, self.per_epoch = labels, labels.size
+        self.schedule_epoch, self.schedule, self.rank_in = None, labels, labels
+
+    def batches(self) -> Callable[[int], torch.Tensor]:
+        streams = [
+            EpochBatches(n, self.batch_size, s)
+            for n, s in zip(self.sizes, self.component_seeds, strict=True)
+        ]
+
+        def batch_at(step: int) -> torch.Tensor:
+            c, index = self.component_at(step)
+            return streams[c].batch(index) + self.offsets[c]
+
+        return batch_at
+
+    def component_at(self, step: int) -> tuple[int, int]:
+        """(component, its batch index) of training step `step`."""
+        epoch, index = divmod(step, self.per_epoch)
+        if epoch != self.schedule_epoch:
+            rng = np.random.default_rng((self.seed, epoch))
+            self.schedule = rng.permutation(self.labels)
+            # rank_in[i]: how many earlier steps of this epoch drew the same component
+            order = np.argsort(self.schedule, kind="stable")  # by component, then by step
+            grouped = self.schedule[order]
+            self.rank_in = np.empty_like(order)
+            self.rank_in[order] = np.arange(order.size) - np.searchsorted(grouped, grouped)
+            self.schedule_epoch = epoch
+        c = int(self.schedule[index])
+        return c, epoch * self.per_component[c] + int(self.rank_in[index])
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Evaluation batches of a mixture, in order, each within one component (no padding):
+    component c contributes its examples offsets[c] + (rank, rank + W, ...) in batches of
+    `batch_size`, so under DDP each example is counted once."""
+
+    def __init__(
+        self, sizes: Sequence[int], batch_size: int, rank: int = 0, world_size: int = 1
+    ) -> None:
+        offsets = np.cumsum([0, *sizes])[:-1]
+        self.batches = [
+            indices[i : i + batch_size].tolist()
+            for n, offset in zip(sizes, offsets, strict=True)
+            for indices in [np.arange(offset, offset + n)[rank::world_size]]
+            for i in range(0, indices.size, batch_size)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        return iter(self.batches)
+
+
+class MixtureDataset(Dataset):
+    """The concatenation of the components' `ArrayDataset`s (indices 0 .. sum - 1, component
+    by component); a batch must come from one component (`MixtureBatchSampler`)."""
+
+    def __init__(self, parts: list[ArrayDataset]) -> None:
+        self.parts = parts
+        self.sizes = [len(part) for part in parts]
+        self.offsets = np.cumsum([0, *self.sizes])
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        index = np.asarray(indices)
+        c = int(np.searchsorted(self.offsets, index[0], side="right")) - 1
+        if index.min() < self.offsets[c] or index.max() >= self.offsets[c + 1]:
+            raise ValueError(f"a batch spans components of the mixture: {indices}")
+        return self.parts[c].__getitems__((index - self.offsets[c]).tolist())
 
 
 def keep_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return batch
 
 
+def mixture_from_config(
+    entries: Sequence[Mapping[str, Any]] | None, key: str = "task.mixture"
+) -> Mixture:
+    """The config form of a mixture, a list of task-parameter overrides each with its
+    `share` ([{seq_len: 64, num_kv_pairs: 4, share: 100000}, ...]), as (overrides, share)
+    pairs; an entry without a positive `share` raises the `ValueError` naming `key[i].share`."""
+    mixture = []
+    for i, entry in enumerate(entries or []):
+        require(
+            isinstance(entry, Mapping),
+            f"{key}[{i}]",
+            entry,
+            "a mapping of task parameters and a share",
+        )
+        overrides = {name: value for name, value in entry.items() if name != "share"}
+        share = entry.get("share")
+        ok = is_real(share) and np.isfinite(share) and share > 0
+        require(ok, f"{key}[{i}].share", share, "a number > 0 (a relative share of the examples)")
+        mixture.append((overrides, float(share)))
+    return mixture
+
+
+def split_counts(total: int, shares: Sequence[float]) -> list[int]:
+    """`total` split in proportion to `shares` (largest remainders: the counts sum to total)."""
+    exact = np.asarray(shares, dtype=np.float64) / sum(shares) * total
+    counts = np.floor(exact).astype(np.int64)
+    extra = np.argsort(-(exact - counts), kind="stable")[: total - counts.sum()]
+    counts[extra] += 1
+    return counts.tolist()
+
+
+def overridden(task: Task, overrides: Mapping[str, Any], key: str) -> Task:
+    """`task` with some parameters changed; a bad one raises the task's `ValueError`, prefixed
+    with the config key that holds the overrides (`task.test: num_kv_pairs=...`)."""
+    try:
+        return task.with_params(**dict(overrides))
+    except ValueError as error:
+        raise ValueError(f"{key}: {error}") from error
+
+
 class TaskDataModule(L.LightningDataModule):
     """Train/val/test from disjoint seeds of one data `seed`; test sets at every length of
-    `eval_seq_lens` (the training length first), for accuracy against length."""
+    `eval_seq_lens` (the test task's length first), for accuracy against length.
+
+    `mixture` (optional, `Mixture`): train and validate on these variants of `task` instead
+    (component i = `task` with its overrides, `num_train` and `num_val` split in proportion to
+    the shares); `test_overrides` (optional): the test sets are of `task` with these
+    parameters changed (e.g. {"num_kv_pairs": [1, 128], "load_dist": "log2"}), then of that
+    task at each length of `eval_seq_lens`. Bad overrides raise a `ValueError` naming
+    `task.mixture[i]` or `task.test`."""
 
     def __init__(
         self,
@@ -102,37 +285,101 @@ class TaskDataModule(L.LightningDataModule):
         seed: int,
         eval_seq_lens: list[int] | None = None,
         cache_dir: str | Path | None = None,
+        mixture: Mixture | None = None,
+        test_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.task, self.batch_size, self.seed, self.cache_dir = task, batch_size, seed, cache_dir
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
-        lengths = [task.seq_len] + [n for n in eval_seq_lens or [] if n != task.seq_len]
-        self.test_tasks = [task if n == task.seq_len else task.with_seq_len(n) for n in lengths]
-        self.splits: dict[str, ArrayDataset] = {}
+        self.mixture = list(mixture or [])
+        self.train_tasks = [
+            overridden(task, overrides, f"task.mixture[{i}]")
+            for i, (overrides, _) in enumerate(self.mixture)
+        ] or [task]
+        shares = [share for _, share in self.mixture] or [1.0]
+        self.counts = {split: split_counts(self.sizes[split], shares) for split in ("train", "val")}
+        for split, key in (("train", "num_train"), ("val", "num_val")):
+            for i, count in enumerate(self.counts[split]):
+                require(
+                    count >= 1,
+                    f"task.mixture[{i}].share",
+                    shares[i],
+                    f"a share that gives at least one of data.{key}={self.sizes[split]} examples",
+                )
+        test_task = overridden(task, test_overrides, "task.test") if test_overrides else task
+        lengths = [test_task.seq_len] + [n for n in eval_seq_lens or [] if n != test_task.seq_len]
+        self.test_tasks = [
+            test_task if n == test_task.seq_len else test_task.with_seq_len(n) for n in lengths
+        ]
+        self.splits: dict[str, ArrayDataset | MixtureDataset] = {}
         self.test_sets: list[ArrayDataset] = []
 
     @property
     def test_seq_lens(self) -> list[int]:
         return [t.seq_len for t in self.test_tasks]
 
-    def _load(self, task: Task, split: str) -> ArrayDataset:
-        seed = split_seed(self.seed, split)
-        return ArrayDataset(load_split(task, self.sizes[split], seed, self.cache_dir))
+    @property
+    def max_seq_len(self) -> int:
+        """The longest sequence of any split: the model's positions must reach it."""
+        return max(t.seq_len for t in [*self.train_tasks, *self.test_tasks])
+
+    def _load(self, task: Task, split: str, num: int, component: int | None = None) -> ArrayDataset:
+        seed = split_seed(self.seed, split, component)
+        return ArrayDataset(load_split(task, num, seed, self.cache_dir))
+
+    def _load_fit(self, split: str) -> ArrayDataset | MixtureDataset:
+        """The train or val split: of `task`, or of each component of the mixture."""
+        if not self.mixture:
+            return self._load(self.task, split, self.sizes[split])
+        return MixtureDataset(
+            [
+                self._load(task, split, count, i)
+                for i, (task, count) in enumerate(
+                    zip(self.train_tasks, self.counts[split], strict=True)
+                )
+            ]
+        )
 
     def prepare_data(self) -> None:
         """Generate and cache every split once (rank 0 only under DDP)."""
         if self.cache_dir is None:
             return
         for split in ("train", "val"):
-            self._load(self.task, split)
+            self._load_fit(split)
         for task in self.test_tasks:
-            self._load(task, "test")
+            self._load(task, "test", self.sizes["test"])
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", None) and not self.splits:
-            self.splits = {split: self._load(self.task, split) for split in ("train", "val")}
+            self.splits = {split: self._load_fit(split) for split in ("train", "val")}
         if stage in ("test", None) and not self.test_sets:
-            self.test_sets = [self._load(task, "test") for task in self.test_tasks]
+            self.test_sets = [
+                self._load(task, "test", self.sizes["test"]) for task in self.test_tasks
+            ]
+
+    def val_baselines(self) -> dict[str, float]:
+        """`Task.baselines` of the validation split (of a mixture: pooled over its components,
+        weighted by their scored positions, as validation accuracy is)."""
+        self.setup("fit")
+        val = self.splits["val"]
+        parts = val.parts if isinstance(val, MixtureDataset) else [val]
+        return pool_baselines(
+            [
+                (task.baselines(part.arrays()), scored_positions(part.arrays()))
+                for task, part in zip(self.train_tasks, parts, strict=True)
+            ]
+        )
+
+    def test_baselines(self, index: int = 0) -> dict[str, float]:
+        """`Task.baselines` of the test set at `test_seq_lens[index]`."""
+        self.setup("test")
+        return self.test_tasks[index].baselines(self.test_sets[index].arrays())
+
+    def test_baselines_by_load(self, index: int = 0) -> dict[int, dict[str, float]]:
+        """`Task.baselines_by_load` of the test set at `test_seq_lens[index]`: {load: {name:
+        accuracy}} for every load of the set ({} for a task without a load)."""
+        self.setup("test")
+        return self.test_tasks[index].baselines_by_load(self.test_sets[index].arrays())
 
     def _ranks(self) -> tuple[int, int]:
         """(this process's rank, the number of processes), (0, 1) without a trainer."""
@@ -140,10 +387,14 @@ class TaskDataModule(L.LightningDataModule):
             return 0, 1
         return self.trainer.global_rank, self.trainer.world_size
 
-    def _loader(self, dataset: ArrayDataset) -> DataLoader:
+    def _loader(self, dataset: ArrayDataset | MixtureDataset) -> DataLoader:
         """In order; under DDP this rank's shard, without the padding that would count
-        examples twice (shards differ by at most one example)."""
+        examples twice (shards differ by at most one example); a mixture batch by batch
+        within each component."""
         rank, world_size = self._ranks()
+        if isinstance(dataset, MixtureDataset):
+            sampler = BucketBatchSampler(dataset.sizes, self.batch_size, rank, world_size)
+            return DataLoader(dataset, batch_sampler=sampler, collate_fn=keep_batch)
         sampler = None
         if world_size > 1:
             sampler = UnrepeatedDistributedSampler(
@@ -155,14 +406,20 @@ class TaskDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """One pass of `max_steps` batches; when resuming, from the restored step on; under
-        DDP this rank's part of each (global) batch."""
+        DDP this rank's part of each (global) batch; a mixture's batches one component each."""
         start = self.trainer.global_step if self.trainer else 0
         total = self.trainer.max_steps if self.trainer else 1
         rank, world_size = self._ranks()
-        sampler = StepBatchSampler(
-            len(self.splits["train"]), self.batch_size, self.seed, start, total, rank, world_size
-        )
-        return DataLoader(self.splits["train"], batch_sampler=sampler, collate_fn=keep_batch)
+        train = self.splits["train"]
+        if isinstance(train, MixtureDataset):
+            sampler = MixtureBatchSampler(
+                train.sizes, self.batch_size, self.seed, start, total, rank, world_size
+            )
+        else:
+            sampler = StepBatchSampler(
+                len(train), self.batch_size, self.seed, start, total, rank, world_size
+            )
+        return DataLoader(train, batch_sampler=sampler, collate_fn=keep_batch)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.splits["val"])

@@ -21,10 +21,12 @@ from tasks import Task
 datasets.disable_progress_bars()
 
 
-def split_seed(seed: int, split: str) -> int:
-    """Disjoint, reproducible seeds for the splits of one data seed."""
+def split_seed(seed: int, split: str, component: int | None = None) -> int:
+    """Disjoint, reproducible seeds for the splits of one data seed; `component` (0, 1, ...)
+    gives each part of a mixture of task settings its own seed (None: the split's seed)."""
     index = ("train", "val", "test").index(split)
-    return int(np.random.SeedSequence(seed, spawn_key=(index,)).generate_state(1)[0])
+    key = (index,) if component is None else (index, component + 1)
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1)[0])
 
 
 def cache_key(task: Task, num_examples: int, seed: int) -> str:

@@ -1,0 +1,203 @@
+"""harness.data with a mixture of task settings and test sets beyond training: every batch
+from one component (no padding), batches in proportion to the shares, a function of the step
+alone (resume, data parallel), validation over the whole mixture, the test task overridden."""
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.data import (
+    ArrayDataset,
+    BucketBatchSampler,
+    MixtureBatchSampler,
+    MixtureDataset,
+    StepBatchSampler,
+    TaskDataModule,
+    mixture_from_config,
+    split_counts,
+)
+from harness.dataset_cache import load_split, split_seed
+from tasks import IGNORE, build_task
+
+TASK = build_task("assoc_recall", vocab_size=32, seq_len=16, num_kv_pairs=2)
+ZOOLOGY_LIKE = [
+    {"seq_len": 16, "num_kv_pairs": 2, "share": 100},
+    {"seq_len": 24, "num_kv_pairs": 4, "share": 20},
+    {"seq_len": 32, "num_kv_pairs": [2, 8], "share": 40},
+]
+
+
+def module(**kw) -> TaskDataModule:
+    args = {"num_train": 1600, "num_val": 160, "num_test": 96, "batch_size": 16, "seed": 3}
+    return TaskDataModule(TASK, **{**args, **kw})
+
+
+def test_mixture_from_config_and_the_counts_it_gives() -> None:
+    mixture = mixture_from_config(ZOOLOGY_LIKE)
+    assert mixture[1] == ({"seq_len": 24, "num_kv_pairs": 4}, 20.0)
+    data = module(mixture=mixture)
+    assert data.counts == {"train": [1000, 200, 400], "val": [100, 20, 40]}
+    assert [t.seq_len for t in data.train_tasks] == [16, 24, 32] and data.max_seq_len == 32
+    assert split_counts(10, [1, 1, 1]) == [4, 3, 3] and sum(split_counts(997, [3, 5, 11])) == 997
+
+
+def test_every_training_batch_is_one_component_without_padding() -> None:
+    data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
+    data.setup("fit")
+    train = data.splits["train"]
+    sampler = MixtureBatchSampler(train.sizes, 16, seed=3, start_step=0, num_steps=400)
+    widths = Counter()
+    for indices in sampler:
+        batch = train.__getitems__(indices)
+        width = batch["inputs"].shape[1]
+        (component,) = [i for i, t in enumerate(data.train_tasks) if t.seq_len == width]
+        start = sum(train.sizes[:component])
+        assert all(start <= i < start + train.sizes[component] for i in indices)
+        assert batch["inputs"].shape == (16, width)  # 16 examples of one length: no padding
+        assert int((batch["inputs"] == 0).sum()) == 0  # token 0 is never emitted by MQAR
+        widths[width] += 1
+    # per epoch 62 / 12 / 25 batches of the components (1000, 200, 400 examples)
+    assert sum(widths.values()) == 400
+    for width, per_epoch in ((16, 62), (24, 12), (32, 25)):
+        assert abs(widths[width] / 400 - per_epoch / 99) < 0.05, widths
+
+
+def test_each_epoch_of_the_mixture_takes_every_component_batch_once() -> None:
+    sampler = MixtureBatchSampler([100, 40, 60], 10, seed=1, start_step=0, num_steps=60)
+    batches = list(sampler)  # 10 + 4 + 6 = 20 steps per epoch
+    for epoch in range(3):
+        seen = sorted(i for b in batches[20 * epoch : 20 * (epoch + 1)] for i in b)
+        assert seen == list(range(200))  # every example of every component once
+    first = [sampler.component_at(s)[0] for s in range(20)]
+    assert Counter(first) == {0: 10, 1: 4, 2: 6}
+    assert first != sorted(first)  # interleaved at random, not component after component
+
+
+def test_mixture_batches_are_a_function_of_the_step_and_split_over_ranks() -> None:
+    sizes = [64, 32, 48]
+    single = list(MixtureBatchSampler(sizes, 8, 5, 0, 40))
+    assert single == list(MixtureBatchSampler(sizes, 8, 5, 0, 40))
+    assert single != list(MixtureBatchSampler(sizes, 8, 6, 0, 40))
+    assert list(MixtureBatchSampler(sizes, 8, 5, 17, 40)) == single[17:]  # a resumed run
+    parts = [list(MixtureBatchSampler(sizes, 8, 5, 0, 40, rank=r, world_size=2)) for r in (0, 1)]
+    for step, batch in enumerate(single):
+        assert parts[0][step] + parts[1][step] == batch
+
+
+def test_validation_covers_the_mixture_once_in_batches_of_one_component() -> None:
+    data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
+    data.setup("fit")
+    val = data.splits["val"]
+    assert isinstance(val, MixtureDataset) and val.sizes == [100, 20, 40]
+    seen = []
+    for batch in data.val_dataloader():
+        assert batch["inputs"].shape[1] in (16, 24, 32)
+        seen.append(batch["inputs"].shape[0])
+    assert sum(seen) == 160
+    shards = [BucketBatchSampler(val.sizes, 16, rank=r, world_size=2) for r in (0, 1)]
+    flat = sorted(i for s in shards for b in s for i in b)
+    assert flat == list(range(160))
+    with pytest.raises(ValueError, match="spans components"):
+        val.__getitems__([99, 100])
+
+
+def test_components_are_generated_and_cached_on_their_own(tmp_path: Path) -> None:
+    mixture = mixture_from_config(ZOOLOGY_LIKE)
+    data = module(mixture=mixture, cache_dir=tmp_path)
+    data.prepare_data()
+    assert len(list(tmp_path.iterdir())) == 3 + 3 + 1  # train and val per component, test
+    data.setup()
+    for i, task in enumerate(data.train_tasks):
+        cached = data.splits["train"].parts[i].arrays()
+        fresh = task.generate(data.counts["train"][i], split_seed(3, "train", i))
+        assert all(np.array_equal(cached[k], fresh[k]) for k in fresh)
+    ranged = data.splits["train"].parts[2].arrays()["num_kv_pairs"]
+    assert set(np.unique(ranged)) == set(range(2, 9))
+
+
+def test_validation_baselines_pool_the_components_by_scored_positions() -> None:
+    data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
+    pooled = data.val_baselines()
+    parts = data.splits["val"].parts
+    scored = [int(np.sum(p.arrays()["labels"] != IGNORE)) for p in parts]
+    tasks = data.train_tasks
+    in_context = [t.baselines(p.arrays())["in_context"] for t, p in zip(tasks, parts, strict=True)]
+    expected = sum(b * n for b, n in zip(in_context, scored, strict=True)) / sum(scored)
+    assert pooled["in_context"] == pytest.approx(expected, rel=1e-12)
+    assert pooled["chance"] == 1 / 16
+
+
+def test_without_a_mixture_the_splits_and_batches_are_those_of_the_task() -> None:
+    data = module()
+    data.setup()
+    assert isinstance(data.splits["train"], ArrayDataset) and data.train_tasks == [TASK]
+    expected = load_split(TASK, 1600, split_seed(3, "train"), None)
+    assert np.array_equal(data.splits["train"].arrays()["inputs"], expected["inputs"])
+    loader = data.train_dataloader()
+    assert isinstance(loader.batch_sampler, StepBatchSampler)
+    assert list(loader.batch_sampler) == list(StepBatchSampler(1600, 16, 3, 0, 1))
+    assert data.val_baselines() == pytest.approx(TASK.baselines(data.splits["val"].arrays()))
+
+
+def test_test_overrides_give_the_test_task_then_every_eval_length() -> None:
+    overrides = {"seq_len": 64, "num_kv_pairs": [1, 8], "load_dist": "log2"}
+    data = module(test_overrides=overrides, eval_seq_lens=[96])
+    assert data.test_seq_lens == [64, 96] and data.max_seq_len == 96
+    assert all(t.params()["num_kv_pairs"] == [1, 8] for t in data.test_tasks)
+    data.setup("test")
+    loads = data.test_sets[1].arrays()["num_kv_pairs"]
+    assert set(np.unique(loads)) == {1, 2, 4, 8}
+    by_load = data.test_baselines_by_load(1)
+    assert list(by_load) == [1, 2, 4, 8]
+    assert by_load[4]["in_context"] == pytest.approx(0.25)
+    assert data.test_baselines(0)["chance"] == 1 / 16
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"test_overrides": {"num_kv_pairs": [1, 8]}}, r"^task\.test: seq_len=16 .*>= 32"),
+        ({"test_overrides": {"pairs": 4}}, r"^task\.test: pairs=4 is invalid: must be a parameter"),
+        (
+            {"mixture": [({"seq_len": 16, "num_kv_pairs": [2, 8]}, 1.0)]},
+            r"^task\.mixture\[0\]: seq_len=16 is invalid",
+        ),
+        ({"mixture": [({}, 1.0), ({}, 1e-6)]}, r"^task\.mixture\[1\]\.share=1e-06 is invalid"),
+        ({"test_overrides": {"num_kv_pairs": 4}, "eval_seq_lens": [12]}, r"^seq_len=12 is invalid"),
+    ],
+)
+def test_bad_overrides_are_refused_with_one_line(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as error:
+        module(**kw)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ([{"seq_len": 16}], r"^task\.mixture\[0\]\.share=None is invalid: must be a number > 0"),
+        ([{"share": 1}, {"share": 0}], r"^task\.mixture\[1\]\.share=0 is invalid"),
+        ([{"share": "1"}], r"^task\.mixture\[0\]\.share='1' is invalid"),
+        ([4], r"^task\.mixture\[0\]=4 is invalid: must be a mapping"),
+    ],
+)
+def test_bad_mixture_entries_are_refused_with_one_line(entries, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        mixture_from_config(entries)
+
+
+def test_a_mixture_trains_through_lightning_with_batches_of_each_length() -> None:
+    """The loaders as a Trainer uses them: max_steps batches, each of one length."""
+
+    class Trainer:
+        global_step, max_steps, global_rank, world_size = 0, 30, 0, 1
+
+    data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
+    data.trainer = Trainer()
+    data.setup("fit")
+    widths = [batch["inputs"].shape[1] for batch in data.train_dataloader()]
+    assert len(widths) == 30 and set(widths) == {16, 24, 32}
+    assert all(isinstance(b["labels"], torch.Tensor) for b in data.val_dataloader())

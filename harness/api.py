@@ -41,7 +41,7 @@ def run_config(
       as a dict (`trainer={"max_steps": 50}`), or a dotted key (`**{"trainer.max_steps": 50}`);
     - `output_dir`: where the run writes (default `outputs/<date>/<time>`).
 
-    Bad input raises `harness.build.BadInput` (a `ValueError`) before training; an unknown
+    Bad input raises `harness.failures.BadInput` (a `ValueError`) before training; an unknown
     key raises Hydra's composition error. A run that diverges returns `status: diverged`.
     """
     args = [f"task={task}"] if task else []

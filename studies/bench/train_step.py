@@ -19,13 +19,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from harness.config import compose_config
 from harness.optim import adamw
 from harness.results import params_of
 from models import MIXERS
@@ -35,15 +34,13 @@ from studies.bench.step_flops import step_flops
 from studies.measure import PeakMemory, sync
 from studies.threads import torch_threads
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 REFERENCE = "softmax"
 NO_MIXER = "(no mixer)"  # the model with every mixer an identity: the ceiling of any ratio
 
 
 def composed_config(model: str, overrides: list[str]) -> DictConfig:
     """The config of `python run.py model=<model> <overrides>`."""
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=[f"model={model}", "logger=none", *overrides])
+    return compose_config([f"model={model}", "logger=none", *overrides])
 
 
 @dataclass

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from harness.api import run_config
-from harness.build import BadInput
 from harness.checkpoint import WEIGHTS, kept_weights
 from harness.config import hydra_value, overrides_of
+from harness.failures import BadInput
 from models.backbone import LanguageModel
 from tests.conftest import SMOKE
 

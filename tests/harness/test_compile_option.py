@@ -4,7 +4,8 @@ about a minute on two cores (the benchmark measures it: `python -m studies.bench
 
 import pytest
 
-from harness.build import BadInput, build
+from harness.build import build
+from harness.failures import BadInput
 from harness.results import config_hash
 
 SMALL = ["task.seq_len=16", "task.num_kv_pairs=2", "data.num_train=64", "data.num_val=8",

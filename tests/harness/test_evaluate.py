@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from harness.api import run_config
-from harness.build import BadInput
 from harness.checkpoint import kept_weights
 from harness.evaluate import evaluate, load_model, main
+from harness.failures import BadInput
 from tests.conftest import REPO, SMALL_TASKS, SMOKE
 
 

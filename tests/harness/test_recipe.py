@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 import harness.train
-from harness.build import BadInput, build
+from harness.build import build
 from harness.convergence import converged, plateaued, still_rising
+from harness.failures import BadInput
 from harness.optim import lr_factor, param_groups
 from harness.train import run
 from models.backbone import LanguageModel

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BadInput, build
+from harness.build import build
+from harness.failures import BadInput
 from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli, start_cli
 
@@ -54,14 +55,18 @@ def test_divergence_is_recorded_with_step_and_reason(make_cfg, tmp_path: Path) -
     record = run(cfg)
     assert record["status"] == "diverged"
     assert "at step" in record["error"] and "loss is nan" in record["error"].lower()
+    step = record["train"]["diverged_at_step"]
+    assert isinstance(step, int) and record["error"].endswith(f"at step {step}")
+    assert step <= record["train"]["steps"]
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["status"] == "diverged"
+    assert saved["status"] == "diverged" and saved["train"]["diverged_at_step"] == step
 
 
 def test_rff_denominator_collapse_ends_the_run_as_diverged(make_cfg) -> None:
     record = run(make_cfg([*SMALL_RECALL, "model=rff", "optim.lr=0.05"]))
     assert record["status"] == "diverged"
     assert "denominator" in record["error"] and "at step" in record["error"]
+    assert record["error"].endswith(f"at step {record['train']['diverged_at_step']}")
 
 
 def test_same_config_same_seed_gives_identical_metrics(make_cfg) -> None:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BadInput
 from harness.console import human_bytes
+from harness.failures import BadInput
 from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import BadInput, build, check_added_keys
+from harness.build import build, check_added_keys
+from harness.failures import BadInput
 from harness.results import read_summary
 from tests.conftest import SMALL_RECALL, run_cli
 

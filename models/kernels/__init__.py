@@ -10,11 +10,15 @@ specification) beside its faster forms (docs/background.md, section 5):
                          taylor_features, taylor_linear_attention (Based), linear_attention_cumsum
     rwkv4.py             rwkv4_wkv (eq. 11)
     delta_rule.py        delta_rule (DeltaNet)
+    gated_linear.py      gated_linear_attention (GLA's per-dimension gate, Mamba-2's per head)
+    gated_delta_rule.py  gated_delta_rule (Gated DeltaNet)
 """
 
 from models.kernels.chunk import normalized
 from models.kernels.common import MODES, check_mode
 from models.kernels.delta_rule import delta_rule
+from models.kernels.gated_delta_rule import gated_delta_rule
+from models.kernels.gated_linear import gated_linear_attention
 from models.kernels.linear import (
     LinearState,
     linear_attention,
@@ -31,6 +35,8 @@ __all__ = [
     "WKVState",
     "check_mode",
     "delta_rule",
+    "gated_delta_rule",
+    "gated_linear_attention",
     "linear_attention",
     "linear_attention_cumsum",
     "normalized",

@@ -13,6 +13,7 @@ States are returned with `return_state=True` and accepted as `initial_state`, so
 be split anywhere and continued.
 """
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -61,7 +62,31 @@ def in_blocks(
     parts = [part for part in ((0, full, block_len), (full, T - full, T - full)) if part[1]]
     outs = []
     for index, (start, length, size) in enumerate(parts):
-        pieces = [x.narrow(time_dim, start, length) for x in seqs]
+        pieces = [x if length == T else x.narrow(time_dim, start, length) for x in seqs]
         out, state = block_fn(*pieces, size, state, index == len(parts) - 1)
         outs.append(out)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, time_dim)), state
+
+
+def check_log_gate(name: str, log_gate: Tensor) -> None:
+    """Every log-gate is finite and <= 0, a gate exp(log_gate) in (0, 1] (else a ValueError
+    naming `name` and its largest value). Skipped while torch.compile traces."""
+    if torch.compiler.is_compiling() or log_gate.numel() == 0:
+        return
+    low, high = (float(x) for x in torch.aminmax(log_gate.detach()))
+    if not (-math.inf < low and high <= 0):  # NaN fails both
+        raise ValueError(
+            f"{name} must be finite and <= 0 (a gate exp({name}) in (0, 1]),"
+            f" got values in [{low:.4g}, {high:.4g}]"
+        )
+
+
+def causal_exp(diff: Tensor, dim: tuple[int, int]) -> Tensor:
+    """exp(diff) where the index along dim[0] is at least the one along dim[1] (the causal
+    lower triangle, where diff = b_t - b_s <= 0), 0 elsewhere (exp(-inf): no overflow, and
+    no gradient)."""
+    T = diff.shape[dim[0]]
+    shape = [1] * diff.dim()
+    shape[dim[0]] = shape[dim[1]] = T
+    lower = torch.ones(T, T, dtype=torch.bool, device=diff.device).tril().view(shape)
+    return diff.masked_fill(~lower, float("-inf")).exp()

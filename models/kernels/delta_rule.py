@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from models.kernels.common import check_mode, check_qkv, check_shape, in_blocks
+from models.kernels.common import causal_exp, check_mode, check_qkv, check_shape, in_blocks
 
 
 def delta_rule(
@@ -54,36 +54,42 @@ def delta_rule(
     if initial_state is not None:
         check_shape("initial_state", initial_state, (B, H, D, v.shape[-1]))
     if mode == "recurrent":
-        o, state = _delta_recurrent(q, k, v, beta, initial_state)
+        o, state = delta_recurrent(q, k, v, beta, None, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        chunks = partial(_delta_chunks, return_state=return_state)
+        chunks = partial(_ungated_chunks, return_state=return_state)
         o, state = in_blocks(chunks, (q, k, v, beta), 2, size, initial_state)
     return (o, state) if return_state else o
 
 
-def _delta_recurrent(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, S: Tensor | None
+def delta_recurrent(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_gate: Tensor | None, S: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """The specification: one delta-rule update per token."""
+    """The specification: one delta-rule update per token, with the state first scaled by the
+    gate a_t = exp(log_gate_t) [B, H, T] when one is given (the gated delta rule,
+    docs/background.md, section 15): S_t = a_t (I - b_t k_t k_t^T) S_{t-1} + b_t k_t v_t^T."""
     B, H, T, D = q.shape
     if S is None:
         S = q.new_zeros(B, H, D, v.shape[-1])
+    gates = [None] * T if log_gate is None else torch.exp(log_gate).unbind(2)
     outs = []
-    for q_t, k_t, v_t, b_t in zip(
-        q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), strict=True
+    for q_t, k_t, v_t, b_t, a_t in zip(
+        q.unbind(2), k.unbind(2), v.unbind(2), beta.unbind(2), gates, strict=True
     ):
+        if a_t is not None:
+            S = a_t[..., None, None] * S
         recalled = torch.einsum("bhd,bhde->bhe", k_t, S)  # S^T k_t: what the memory holds at k_t
         S = S + b_t[..., None, None] * k_t[..., :, None] * (v_t - recalled)[..., None, :]
         outs.append(torch.einsum("bhd,bhde->bhe", q_t, S))
     return torch.stack(outs, 2), S
 
 
-def _delta_chunks(
+def delta_chunks(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     beta: Tensor,
+    log_gate: Tensor | None,
     L: int,
     S: Tensor | None,
     last: bool,
@@ -100,25 +106,45 @@ def _delta_chunks(
 
     and only the last line runs chunk after chunk (one [D, D] x [D, Dv] product each). One
     chunk from the empty state needs no S_start, and no S_end unless it is returned
-    (`return_state`) or another block follows."""
+    (`return_state`) or another block follows.
+
+    With a log-gate [B, H, T] (the gated delta rule, docs/background.md, section 15), b_i its
+    cumulative sum inside the chunk and G[i, j] = exp(b_i - b_j) for j <= i: K K^T and
+    tril(Q K^T) are weighted by G, the start state is read by keys and queries scaled by
+    exp(b_i), and the end state sees k_j exp(b_{L-1} - b_j), so that
+
+        O = (tril(Q K^T) * G) (U0 - W S_start) + diag(exp(b)) Q S_start
+        S_end = (exp(b_{L-1}) I - K_end^T W) S_start + K_end^T U0
+
+    with [W | U0] from diag(exp(b)) K and V; every exponent is <= 0."""
     B, H, T, D = q.shape
     Dv = v.shape[-1]
     n = T // L
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
     kt = kc.transpose(-1, -2)
+    gram = (kc * bc) @ kt
+    scores = (qc @ kt).tril_()  # tril(Q K^T), in place (the product's backward needs no output)
+    keys, q_start, kt_end, eye = kc, qc, kt, torch.eye(D, dtype=q.dtype, device=q.device)
+    if log_gate is not None:
+        b = log_gate.reshape(B, H, n, L).cumsum(-1)
+        gaps = causal_exp(b.unsqueeze(-1) - b.unsqueeze(-2), dim=(-2, -1))  # [B, H, n, L, L]
+        gram, scores = gram * gaps, scores * gaps
+        alive = torch.exp(b).unsqueeze(-1)  # exp(b_i): what is left of S_start at step i
+        keys, q_start = kc * alive, qc * alive
+        kt_end = (kc * torch.exp(b[..., L - 1 :] - b).unsqueeze(-1)).transpose(-1, -2)
+        eye = alive[..., L - 1 :, :] * eye  # [B, H, n, D, D]
     # unit lower-triangular system: the solver takes the diagonal as 1 and reads only below it
-    # (its gradient too), so diag(beta) K K^T needs no mask
+    # (its gradient too), so the weighted K K^T needs no mask
     WU = torch.linalg.solve_triangular(
-        (kc * bc) @ kt, torch.cat([kc, vc], -1) * bc, upper=False, unitriangular=True
+        gram, torch.cat([keys, vc], -1) * bc, upper=False, unitriangular=True
     )
     W, U0 = WU.split([D, Dv], -1)
-    scores = (qc @ kt).tril_()  # tril(Q K^T), in place (the product's backward needs no output)
     if S is None and n == 1:  # one chunk from the empty state: no product with S_start
-        final = (kt @ U0)[:, :, 0] if return_state or not last else None
+        final = (kt_end @ U0)[:, :, 0] if return_state or not last else None
         return (scores @ U0).reshape(B, H, T, Dv), final
-    update = kt @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
-    transition = torch.eye(D, dtype=q.dtype, device=q.device) - kt @ W  # [B, H, n, D, D]
+    update = kt_end @ U0  # [B, H, n, D, Dv]: what each chunk adds to a zero start state
+    transition = eye - kt_end @ W  # [B, H, n, D, D]
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
     starts = []
@@ -127,5 +153,13 @@ def _delta_chunks(
         S = torch.baddbmm(update_c.flatten(0, 1), transition_c.flatten(0, 1), S.flatten(0, 1))
         S = S.view(B, H, D, Dv)
     starts = torch.stack(starts, 2)
-    o = scores @ (U0 - W @ starts) + qc @ starts
+    o = scores @ (U0 - W @ starts) + q_start @ starts
     return o.reshape(B, H, T, Dv), S
+
+
+def _ungated_chunks(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None, last: bool,
+    return_state: bool = True,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """`delta_chunks` without a gate, in `in_blocks`' calling convention."""
+    return delta_chunks(q, k, v, beta, None, L, S, last, return_state)

@@ -9,7 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from models import MIXERS, build_mixer
-from models.kernels import delta_rule, linear_attention, linear_attention_cumsum, rwkv4_wkv
+from models.kernels import (
+    delta_rule,
+    gated_delta_rule,
+    gated_linear_attention,
+    linear_attention,
+    linear_attention_cumsum,
+    rwkv4_wkv,
+)
 from models.kernels import softmax_attention as sdpa
 from models.mixers.retnet import retnet_gammas
 from studies.bench.settings import Settings
@@ -102,12 +109,39 @@ def wkv_call(s: Settings, mode: str, T: int) -> Call:
     return fwd_bwd(attend, leaves(w, u, k, v, device=s.device))
 
 
-def delta_call(s: Settings, mode: str, T: int) -> Call:
-    g = torch.Generator().manual_seed(T)
+def delta_inputs(s: Settings, T: int, g: torch.Generator) -> list[torch.Tensor]:
+    """q, L2-normalised k, v [B, H, T, d] and beta [B, H, T] in (0, 1)."""
     q, k, v = (torch.randn(s.batch, s.heads, T, s.head_dim, generator=g) for _ in range(3))
     beta = torch.sigmoid(torch.randn(s.batch, s.heads, T, generator=g))
+    return [q, F.normalize(k, dim=-1), v, beta]
+
+
+def delta_call(s: Settings, mode: str, T: int) -> Call:
     attend = partial(delta_rule, mode=mode, chunk_size=s.chunk_size)
-    return fwd_bwd(attend, leaves(q, F.normalize(k, dim=-1), v, beta, device=s.device))
+    return fwd_bwd(
+        attend, leaves(*delta_inputs(s, T, torch.Generator().manual_seed(T)), device=s.device)
+    )
+
+
+def log_gates(s: Settings, T: int, g: torch.Generator, per_dim: bool) -> torch.Tensor:
+    """log a_t = logsigmoid(x + 3) <= 0 (gates near 0.95): [B, H, T, d] or [B, H, T]."""
+    shape = (s.batch, s.heads, T, *([s.head_dim] if per_dim else []))
+    return F.logsigmoid(torch.randn(*shape, generator=g) + 3)
+
+
+def gla_call(s: Settings, mode: str, T: int, per_dim: bool) -> Call:
+    """gated_linear_attention in `mode`, a gate per key dimension (GLA) or per head (Mamba-2)."""
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(s.batch, s.heads, T, s.head_dim, generator=g) for _ in range(3))
+    attend = partial(gated_linear_attention, mode=mode, chunk_size=s.chunk_size)
+    return fwd_bwd(attend, leaves(q, k, v, log_gates(s, T, g, per_dim), device=s.device))
+
+
+def gated_delta_call(s: Settings, mode: str, T: int) -> Call:
+    g = torch.Generator().manual_seed(T)
+    inputs = [*delta_inputs(s, T, g), log_gates(s, T, g, per_dim=False)]
+    attend = partial(gated_delta_rule, mode=mode, chunk_size=s.chunk_size)
+    return fwd_bwd(attend, leaves(*inputs, device=s.device))
 
 
 def kernel_forms(s: Settings) -> list[Form]:
@@ -121,6 +155,7 @@ def kernel_forms(s: Settings) -> list[Form]:
         return sdpa_flops(B, H, T, d)
 
     linear, decayed = partial(linear_call, s, decay=False), partial(linear_call, s, decay=True)
+    gla, scalar = partial(gla_call, s, per_dim=True), partial(gla_call, s, per_dim=False)
     forms = [
         Form("kernel", SOFTMAX_KERNEL, partial(softmax_call, s), 2, 1, sdpa_gflop),
         Form("kernel", CHUNK_KERNEL, partial(linear, "chunk"), 1, 1, chunk_gflop),
@@ -132,6 +167,10 @@ def kernel_forms(s: Settings) -> list[Form]:
     for mode, exponents in MODE_EXPONENTS.items():
         forms.append(Form("kernel", f"rwkv4_wkv/{mode}", partial(wkv_call, s, mode), *exponents))
         forms.append(Form("kernel", f"delta_rule/{mode}", partial(delta_call, s, mode), *exponents))
+        forms.append(Form("kernel", f"gla/{mode}", partial(gla, mode), *exponents))
+        forms.append(Form("kernel", f"gla_scalar/{mode}", partial(scalar, mode), *exponents))
+        make = partial(gated_delta_call, s, mode)
+        forms.append(Form("kernel", f"gated_delta_rule/{mode}", make, *exponents))
     return forms
 
 

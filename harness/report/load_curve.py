@@ -1,0 +1,179 @@
+"""Accuracy against load from runs trained on a range of loads (docs/background.md, "Reading a
+load curve"): each run's per-load test accuracies (`test/acc_by/<load>/<value>`) beside the
+binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`), and the
+readout of the record (`capacity.n90`, `capacity.verdict`)."""
+
+from collections import defaultdict
+from typing import Any
+
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from harness.capacity import TRAINING_LIMITED
+from harness.report.points import Point, as_key, sort_key
+from harness.report.style import (
+    BASELINE_STYLES,
+    accuracy_axis,
+    colour,
+    describe,
+    grid,
+    log2_axis,
+    marker,
+    model_order,
+)
+
+BASELINE_BY = "test/baseline_by/"
+
+
+def load_param(metrics: dict[str, Any]) -> str | None:
+    """The load a run was tested over: the slice that carries per-load baselines."""
+    names = {
+        key[len(BASELINE_BY) :].split("/", 1)[0] for key in metrics if key.startswith(BASELINE_BY)
+    }
+    return min(names) if names else None
+
+
+def accuracy_by_load(metrics: dict[str, Any], load: str) -> dict[int, float]:
+    """{load value: test accuracy} of one run (or a point's seed mean)."""
+    prefix = f"test/acc_by/{load}/"
+    return {
+        int(key[len(prefix) :]): value
+        for key, value in metrics.items()
+        if key.startswith(prefix) and value is not None
+    }
+
+
+def baselines_by_load(metrics: dict[str, Any], load: str) -> dict[str, dict[int, float]]:
+    """{baseline name: {load value: accuracy}}."""
+    prefix = f"{BASELINE_BY}{load}/"
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for key, value in metrics.items():
+        if key.startswith(prefix) and value is not None:
+            number, name = key[len(prefix) :].split("/", 1)
+            out[name][int(number)] = value
+    return dict(out)
+
+
+def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
+    """The ok rows behind `point`: its task, model, parameters and chosen learning rate."""
+    return [
+        row
+        for row in rows
+        if row.get("status") == "ok"
+        and row.get("task") == point.task
+        and row.get("model") == point.model.split(" ")[0]
+        and all(as_key(row.get(k)) == as_key(point.get(k)) for k in point_keys)
+        and (point.lr is None or row.get("optim.lr") == point.lr)
+    ]
+
+
+def readout_label(rows: list[dict]) -> str:
+    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, 12.4 (...)` for several; `>=`
+    where the readout is the largest tested load (a lower bound)."""
+    values, verdicts = [], []
+    for row in rows:
+        n90 = row.get("capacity.n90")
+        bound = ">=" if "n90" in (row.get("capacity.censored") or []) else ""
+        values.append("-" if n90 is None else f"{bound}{n90:.3g}")
+        verdicts.append(str(row.get("capacity.verdict")))
+    return f"n90 {', '.join(values)} ({', '.join(sorted(set(verdicts)))})"
+
+
+def load_figure(points: list[Point], point_keys: list[str], rows: list[dict]) -> Figure | None:
+    """Test accuracy against load (log2), a line per model through the seeds' mean, each seed
+    a point (hollow: `training_limited`), the binding-free baselines in grey. One panel when
+    every model has one line; else one panel per model, one line per setting."""
+    curves = [p for p in points if p.status == "ok" and load_param(p.metrics)]
+    if not curves:
+        return None
+    load = load_param(curves[0].metrics)
+    models = sorted({p.model for p in curves}, key=model_order)
+    several = any(sum(p.model == m for p in curves) > 1 for m in models)
+    layout = [[p for p in curves if p.model == m] for m in models] if several else [curves]
+    fig, axes = grid(len(layout))
+    handles: dict[str, Line2D] = {}
+    for ax, mine in zip(axes, layout, strict=True):
+        for index, point in enumerate(
+            sorted(mine, key=lambda p: [sort_key(p.get(k)) for k in point_keys])
+        ):
+            seeds = seeds_of(point, rows, point_keys)
+            draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
+        draw_load_baselines(ax, mine, load, handles)
+        log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
+        ax.axhline(0.9, color="lightgrey", linewidth=0.8, zorder=0)
+        ax.set_xlabel(f"{load.replace('_', ' ')} per example (tested)")
+        accuracy_axis(ax)
+        if several:
+            ax.set_title(mine[0].model, fontsize=10)
+    fig.suptitle(f"Accuracy against {load.replace('_', ' ')}: one run per line", fontsize=12)
+    fig.legend(handles=list(handles.values()), loc="outside right upper", fontsize=8)
+    return fig
+
+
+LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def equal_curves(a: dict[int, float], b: dict[int, float]) -> bool:
+    return a.keys() == b.keys() and all(abs(a[n] - b[n]) < 1e-9 for n in a)
+
+
+def draw_curve(
+    ax, point: Point, seeds: list[dict], load: str, index: int, point_keys, handles
+) -> None:
+    """The seeds' mean through every tested load; with three seeds or fewer, each seed's
+    accuracies as small markers (hollow where its verdict is `training_limited`)."""
+    mean = accuracy_by_load(point.metrics, load)
+    loads = sorted(mean)
+    style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % 4])
+    params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}
+    label = " ".join(filter(None, [point.model, describe(params)]))
+    label += f": {readout_label(seeds)}" if seeds else ""
+    (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
+    handles[label] = Line2D([], [], label=label, marker=marker(point.model), **style)
+    if len(seeds) > 3:
+        return
+    for seed in seeds:
+        curve = accuracy_by_load(seed, load)
+        hollow = seed.get("capacity.verdict") == TRAINING_LIMITED
+        ax.plot(
+            sorted(curve),
+            [curve[n] for n in sorted(curve)],
+            linestyle="none",
+            marker=marker(point.model),
+            markersize=5,
+            color=colour(point.model),
+            markerfacecolor="white" if hollow else colour(point.model),
+            alpha=0.8,
+            zorder=line.get_zorder() + 0.1,
+        )
+
+
+def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
+    """Each baseline along the load axis (the seeds' and points' mean); baselines equal at
+    every load share one line and one legend entry."""
+    means: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for point in points:
+        for name, by_load in baselines_by_load(point.metrics, load).items():
+            for n, value in by_load.items():
+                means[name][n].append(value)
+    curves = {
+        name: {n: sum(v) / len(v) for n, v in by_load.items()} for name, by_load in means.items()
+    }
+    drawn: dict[str, str] = {}
+    for name in sorted(
+        curves, key=lambda n: list(BASELINE_STYLES).index(n) if n in BASELINE_STYLES else 9
+    ):
+        curve = curves[name]
+        same = next((other for other in drawn if equal_curves(curves[other], curve)), None)
+        if same is not None:
+            drawn[same] += f" = {name}"
+            continue
+        drawn[name] = name
+        loads = sorted(curve)
+        style = dict(color="grey", linewidth=1, linestyle=BASELINE_STYLES.get(name, "-"))
+        ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)
+    for name, label in drawn.items():
+        style = BASELINE_STYLES.get(name, "-")
+        handles[f"baseline: {label}"] = Line2D(
+            [], [], color="grey", linestyle=style, label=f"baseline: {label}"
+        )

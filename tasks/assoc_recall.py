@@ -147,8 +147,9 @@ class AssocRecall(Task):
         rows = inputs.shape[0]
         n = self.draw_loads(rng, rows)
         m, fewest = int(n.max()), int(n.min())
-        keys = 1 + sample_distinct(rng, rows, half - 1, m)
-        values = half + sample_distinct(rng, rows, vocab - half, m)
+        method = "auto" if m == fewest else "auto_permutation"
+        keys = 1 + sample_distinct(rng, rows, half - 1, m, method)
+        values = half + sample_distinct(rng, rows, vocab - half, m, method)
         kept = np.arange(m) < n[:, None]  # [rows, m]: the pairs each row keeps
         # filler after the shortest context; 0 (never emitted) stands for a pair not kept
         held = keys if m == fewest else np.where(kept, keys, 0)

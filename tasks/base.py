@@ -278,3 +278,29 @@ class Task:
     def with_seq_len(self, seq_len: int) -> "Task":
         """The same task at another length (length generalisation); raises if it cannot fit."""
         return self.with_params(seq_len=seq_len)
+
+
+class PerRowLoadTask(Task):
+    """A task whose rows may hold different loads in one vectorised fill: `_fill_at(out, rng,
+    load)` fills rows all at one load, `_fill_per_row(out, rng, loads)` rows at loads[r]
+    (int64 [rows]); a chunk whose rows drew one load goes to `_fill_at`, so a range of one
+    load gives the examples of that load."""
+
+    fills_loads_per_row = True
+
+    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+        if not self.has_load_range:
+            return self._fill_at(out, rng, getattr(self, self.load_param))
+        loads = self.draw_loads(rng, out["inputs"].shape[0])
+        out[self.load_param][:] = loads
+        if loads.min() == loads.max():
+            return self._fill_at(out, rng, int(loads[0]))
+        return self._fill_per_row(out, rng, loads)
+
+    def _fill_at(self, out: dict[str, np.ndarray], rng: np.random.Generator, load: int) -> None:
+        raise NotImplementedError
+
+    def _fill_per_row(
+        self, out: dict[str, np.ndarray], rng: np.random.Generator, loads: np.ndarray
+    ) -> None:
+        raise NotImplementedError

@@ -38,13 +38,13 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import Task, require_int_given, token_sets
+from tasks.base import PerRowLoadTask, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
-from tasks.sampling import sample_block_starts, sample_distinct
+from tasks.sampling import sample_block_starts, sample_distinct, sample_sorted_subsets
 
 
 @register("noisy_recall")
-class NoisyRecall(Task):
+class NoisyRecall(PerRowLoadTask):
     """Key-value pairs scattered among noise tokens, then keys queried at the end."""
 
     version = 2  # 2: noise, not the answer, after each query key
@@ -116,10 +116,11 @@ class NoisyRecall(Task):
         """The values in the input: the n values of the context (noise is never a value)."""
         return token_sets(inputs, self.vocab_size, inputs >= self.first_value)
 
-    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    def _fill_at(self, out: dict[str, np.ndarray], rng: np.random.Generator, n: int) -> None:
+        """Every row holds n pairs."""
         inputs = out["inputs"]
         rows, length = inputs.shape
-        n, q = self.num_kv_pairs, self.num_queries
+        q = self.num_queries
         context = length - 2 * q
         row = np.arange(rows)[:, None]
         keys = self.first_key + sample_distinct(rng, rows, self.num_keys, n)
@@ -129,9 +130,42 @@ class NoisyRecall(Task):
         starts = sample_block_starts(rng, rows, context, n)  # pair j at starts[:, j]
         inputs[row, starts] = keys
         inputs[row, starts + 1] = values
-
         asked = rng.integers(0, n, size=(rows, q))  # the pair of each query, in query order
-        at_key = context + 2 * np.arange(q)
+        self._queries(out, rng, keys, values, asked)
+
+    def _fill_per_row(
+        self, out: dict[str, np.ndarray], rng: np.random.Generator, n: np.ndarray
+    ) -> None:
+        """Row r holds n[r] pairs: keys and values drawn for the largest load m, row r keeps
+        its first n[r]; its pairs' places are a uniform placement of n[r] blocks in the
+        context (as `sample_block_starts`: n[r] sorted places among context - n[r])."""
+        inputs = out["inputs"]
+        rows, length = inputs.shape
+        m, context = int(n.max()), length - 2 * self.num_queries
+        keys = self.first_key + sample_distinct(rng, rows, self.num_keys, m, "auto_permutation")
+        num_values = self.vocab_size - self.first_value
+        values = self.first_value + sample_distinct(rng, rows, num_values, m, "auto_permutation")
+        inputs[:, :context] = rng.integers(1, self.first_key, size=(rows, context))
+        starts = sample_sorted_subsets(rng, context - n, n, m) + np.arange(m)
+        row, j = np.nonzero(np.arange(m)[None, :] < n[:, None])
+        inputs[row, starts[row, j]] = keys[row, j]
+        inputs[row, starts[row, j] + 1] = values[row, j]
+        asked = rng.integers(0, n[:, None], size=(rows, self.num_queries))
+        self._queries(out, rng, keys, values, asked)
+
+    def _queries(
+        self,
+        out: dict[str, np.ndarray],
+        rng: np.random.Generator,
+        keys: np.ndarray,
+        values: np.ndarray,
+        asked: np.ndarray,
+    ) -> None:
+        """The queries after the context: pair asked[r, i] of row r, then a noise token."""
+        inputs = out["inputs"]
+        rows, length = inputs.shape
+        q = self.num_queries
+        at_key = length - 2 * q + 2 * np.arange(q)
         inputs[:, at_key] = np.take_along_axis(keys, asked, axis=1)
         inputs[:, at_key + 1] = rng.integers(1, self.first_key, size=(rows, q))
         out["labels"][:, at_key] = np.take_along_axis(values, asked, axis=1)

@@ -42,11 +42,10 @@ def sample_weighted_distinct(
     size = weights.shape[0]
     scores = rng.standard_exponential(size=(num_rows, size)) * (1.0 / weights)[None, :]
     if sizes is not None:
-        scores[np.arange(size)[None, :] >= np.asarray(sizes)[:, None]] = np.inf
-    if k < size:
-        top = np.argpartition(scores, k - 1, axis=1)[:, :k]
-    else:
-        top = np.broadcast_to(np.arange(size), (num_rows, size))
+        np.copyto(scores, np.inf, where=np.arange(size)[None, :] >= np.asarray(sizes)[:, None])
+    if 4 * k >= size:  # dense: one full sort is cheaper than a partition, then a sort
+        return np.argsort(scores, axis=1)[:, :k]
+    top = np.argpartition(scores, k - 1, axis=1)[:, :k]
     order = np.argsort(np.take_along_axis(scores, top, axis=1), axis=1)
     return np.take_along_axis(top, order, axis=1)
 
@@ -58,16 +57,26 @@ def sample_distinct(
 
     Each row is a uniformly random ordered k-subset. `method`: "floyd" (Floyd's algorithm over
     the k slots, O(k^2) per row, best when k is small next to the population), "sort" (the k
-    smallest of `population` random scores, O(population) per row), "auto" picks the cheaper.
+    smallest of `population` random scores, O(population) per row), "permutation" (the first
+    k of a random permutation: the argsort of `population` uniform scores, O(population log
+    population) per row, the fastest for k near a small population), "auto" picks floyd or
+    sort (the choice that fixes the generators' single-load data), "auto_permutation" floyd or
+    permutation.
     """
     if not 0 <= k <= population:
         raise ValueError(f"k={k!r} is invalid: must be an integer in [0, population={population}]")
-    if method == "auto":
-        method = "floyd" if k * k <= 20 * population else "sort"
+    if method in ("auto", "auto_permutation"):
+        dense = "sort" if method == "auto" else "permutation"
+        method = "floyd" if k * k <= 20 * population else dense
     if method == "sort":
         return sample_weighted_distinct(rng, np.ones(population), num_rows, k).astype(np.int64)
+    if method == "permutation":
+        return np.argsort(rng.random((num_rows, population)), axis=1)[:, :k]
     if method != "floyd":
-        raise ValueError(f"method={method!r} is invalid: must be one of auto, floyd, sort")
+        raise ValueError(
+            f"method={method!r} is invalid: must be one of auto, auto_permutation, floyd, "
+            "permutation, sort"
+        )
     chosen = np.empty((num_rows, k), dtype=np.int64)
     for m, top in enumerate(range(population - k, population)):
         draw = rng.integers(0, top + 1, size=num_rows)
@@ -76,6 +85,44 @@ def sample_distinct(
         chosen[:, m] = draw
     # Floyd gives a uniform subset but not a uniform order: shuffle each row.
     return rng.permuted(chosen, axis=1)
+
+
+def sample_sorted_subsets(
+    rng: np.random.Generator,
+    populations: np.ndarray,
+    counts: np.ndarray,
+    width: int,
+    method: str = "auto",
+) -> np.ndarray:
+    """int64 [rows, width]: in row r, the first counts[r] columns are a uniformly random
+    counts[r]-subset of range(populations[r]), ascending; the other columns hold
+    max(populations) (sorted last). Needs counts[r] <= width <= populations[r].
+
+    One vectorised draw for rows of different sizes: Floyd's algorithm run on every row at
+    once, step i of row r drawing from [0, populations[r] - counts[r] + i] (rows with
+    counts[r] <= i sit it out), when width is small next to the populations; otherwise the
+    `width` smallest of populations[r] uniform scores (the rest of the row scored 2, above
+    every uniform score), of which any counts[r] are a uniform counts[r]-subset. `method`:
+    "floyd", "scores", or "auto" (floyd when width^2 <= 20 * min(populations))."""
+    rows, top = populations.shape[0], int(populations.max())
+    if method == "auto":
+        method = "floyd" if width * width <= 20 * int(populations.min()) else "scores"
+    if method not in ("floyd", "scores"):
+        raise ValueError(f"method={method!r} is invalid: must be one of auto, floyd, scores")
+    if method == "floyd":
+        picked = np.full((rows, width), top, dtype=np.int64)
+        for i in range(width):
+            last = populations - counts + i  # Floyd's step i draws from [0, last]
+            draw = rng.integers(0, last + 1)
+            if i:  # a draw already taken is replaced by `last`, which no earlier step could take
+                draw = np.where((picked[:, :i] == draw[:, None]).any(axis=1), last, draw)
+            picked[:, i] = np.where(i < counts, draw, top)
+        return np.sort(picked, axis=1)
+    scores = rng.random((rows, top))
+    np.copyto(scores, 2.0, where=np.arange(top)[None, :] >= populations[:, None])
+    picked = np.argsort(scores, axis=1)[:, :width]
+    np.copyto(picked, top, where=np.arange(width)[None, :] >= counts[:, None])
+    return np.sort(picked, axis=1)
 
 
 def sample_excluding(

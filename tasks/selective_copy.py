@@ -32,16 +32,16 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import Task, require_int_given, token_sets
+from tasks.base import PerRowLoadTask, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
-from tasks.sampling import sample_distinct
+from tasks.sampling import sample_distinct, sample_sorted_subsets
 
 SEP = 1
 FIRST_NOISE = 2
 
 
 @register("selective_copy")
-class SelectiveCopy(Task):
+class SelectiveCopy(PerRowLoadTask):
     """Copy the data tokens scattered among noise, in order, after a separator."""
 
     version = 1
@@ -92,10 +92,35 @@ class SelectiveCopy(Task):
         """The distinct data tokens of the input (all of them precede SEP)."""
         return token_sets(inputs, self.vocab_size, inputs >= self.first_data)
 
-    def _fill(self, out: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    def _fill_per_row(
+        self, out: dict[str, np.ndarray], rng: np.random.Generator, k: np.ndarray
+    ) -> None:
+        """Row r copies k[r] tokens: data drawn for the largest k, row r keeps its first k[r]
+        and places them at a uniform sorted k[r]-subset of its own context T - k[r]."""
         inputs = out["inputs"]
         rows, length = inputs.shape
-        k = self.num_tokens
+        m, fewest = int(k.max()), int(k.min())
+        context = length - k
+        data = rng.integers(self.first_data, self.vocab_size, size=(rows, m))
+        where = sample_sorted_subsets(rng, context, k, m)
+        if self.noise_vocab_size == 1:
+            inputs[:] = FIRST_NOISE
+        else:  # every position from the shortest context on is SEP or the copy
+            inputs[:, : length - fewest] = rng.integers(
+                FIRST_NOISE, self.first_data, size=(rows, length - fewest)
+            )
+        row, j = np.nonzero(np.arange(m)[None, :] < k[:, None])
+        inputs[row, where[row, j]] = data[row, j]
+        inputs[np.arange(rows), context] = SEP
+        copied = j < k[row] - 1
+        inputs[row[copied], context[row[copied]] + 1 + j[copied]] = data[row[copied], j[copied]]
+        out["labels"][row, context[row] + j] = data[row, j]
+        out["copy_position"][row, context[row] + j] = j
+
+    def _fill_at(self, out: dict[str, np.ndarray], rng: np.random.Generator, k: int) -> None:
+        """Every row copies k tokens."""
+        inputs = out["inputs"]
+        rows, length = inputs.shape
         context = length - k
         data = rng.integers(self.first_data, self.vocab_size, size=(rows, k))
         where = np.sort(sample_distinct(rng, rows, context, k), axis=1)

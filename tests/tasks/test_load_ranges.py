@@ -286,3 +286,44 @@ def test_min_copy_len_is_the_range_from_min_copy_len_to_copy_len() -> None:
 def test_an_unknown_parameter_is_refused_with_one_line() -> None:
     with pytest.raises(ValueError, match=r"^num_pairs=4 is invalid: must be a parameter of "):
         build_task("assoc_recall").with_params(num_pairs=4)
+
+
+def two_sample_chi_square(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
+    """(statistic, degrees of freedom) of counts `a` and `b` over the same bins coming from
+    one distribution (bins empty in both dropped)."""
+    keep = (a + b) > 0
+    a, b = a[keep].astype(float), b[keep].astype(float)
+    ka, kb = math.sqrt(b.sum() / a.sum()), math.sqrt(a.sum() / b.sum())
+    return float(np.sum((ka * a - kb * b) ** 2 / (a + b))), int(keep.sum()) - 1
+
+
+def marked_positions(task: Task, inputs: np.ndarray) -> np.ndarray:
+    """Where the data tokens (selective_copy) or the keys (noisy_recall) stand in the context."""
+    if task.registry_name == "selective_copy":
+        context = inputs[:, : task.seq_len - task.num_tokens]
+        return np.nonzero(context >= task.first_data)[1]
+    context = inputs[:, : task.seq_len - 2 * task.num_queries]
+    return np.nonzero((context >= task.first_key) & (context < task.first_value))[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("selective_copy", {"seq_len": 48, "num_tokens": [2, 12], "noise_vocab_size": 3}),
+        ("noisy_recall", {"seq_len": 48, "num_kv_pairs": [2, 12], "num_queries": 4}),
+    ],
+)
+def test_placements_at_each_load_are_those_of_the_single_load_task(name, params) -> None:
+    """Rows at load n of a range place their tokens as the single-load task at n does
+    (two-sample chi-square over positions, 5 sigma above its mean)."""
+    task = build_task(name, **params)
+    data = task.generate(12_000, seed=8)
+    for load, single, part in at_each_load(task, data):
+        if load not in (2, 7, 12):
+            continue
+        ranged = np.bincount(marked_positions(single, part["inputs"]), minlength=48)
+        alone = single.generate(part["inputs"].shape[0], seed=9)["inputs"]
+        statistic, df = two_sample_chi_square(
+            ranged, np.bincount(marked_positions(single, alone), minlength=48)
+        )
+        assert statistic < df + 5 * math.sqrt(2 * df), (load, statistic, df)

@@ -12,6 +12,7 @@ from tasks.sampling import (
     sample_block_starts,
     sample_distinct,
     sample_excluding,
+    sample_sorted_subsets,
     sample_weighted_distinct,
 )
 
@@ -23,7 +24,7 @@ def assert_close_counts(counts: np.ndarray, probs: np.ndarray, total: int) -> No
     assert np.all(np.abs(counts - expected) <= 5 * sigma), (counts, expected)
 
 
-@pytest.mark.parametrize("method", ["floyd", "sort", "auto"])
+@pytest.mark.parametrize("method", ["floyd", "sort", "auto", "permutation", "auto_permutation"])
 def test_sample_distinct_is_a_uniform_ordered_subset(method):
     rng = np.random.default_rng(0)
     draws = sample_distinct(rng, 40_000, 5, 2, method=method)
@@ -34,7 +35,7 @@ def test_sample_distinct_is_a_uniform_ordered_subset(method):
     assert_close_counts(counts, np.full(len(pairs), 1 / len(pairs)), len(draws))
 
 
-@pytest.mark.parametrize("method", ["floyd", "sort"])
+@pytest.mark.parametrize("method", ["floyd", "sort", "permutation"])
 def test_sample_distinct_full_population_is_a_permutation(method):
     draws = sample_distinct(np.random.default_rng(1), 1000, 7, 7, method=method)
     assert np.array_equal(np.sort(draws, axis=1), np.broadcast_to(np.arange(7), (1000, 7)))
@@ -90,3 +91,22 @@ def test_block_starts_are_uniform_over_non_overlapping_placements():
 def test_depth_bins_round_to_tenths():
     assert depth_bins(np.array([0, 4, 5, 20]), 20).tolist() == [0, 2, 2, 10]
     assert depth_bins(np.array([0]), 0).tolist() == [0]
+
+
+@pytest.mark.parametrize("method", ["floyd", "scores", "auto"])
+@pytest.mark.parametrize("width", [3, 5])
+def test_sorted_subsets_of_rows_of_different_sizes_are_uniform(width: int, method: str) -> None:
+    """Rows of (population, count) (5, 2), (7, 3), (6, 1) mixed in one call: each row's first
+    `count` columns are a uniform sorted subset of its own population, the rest padding."""
+    kinds = np.array([(5, 2), (7, 3), (6, 1)])
+    pick = np.random.default_rng(2).integers(0, 3, size=60_000)
+    populations, counts = kinds[pick, 0], kinds[pick, 1]
+    out = sample_sorted_subsets(np.random.default_rng(3), populations, counts, width, method)
+    assert out.shape == (60_000, width) and out.dtype == np.int64
+    for population, count in kinds:
+        rows = out[(populations == population) & (counts == count)]
+        assert np.all(rows[:, count:] == 7) and np.all(np.diff(rows[:, :count], axis=1) > 0)
+        subsets = list(itertools.combinations(range(population), count))
+        found = np.array([np.sum(np.all(rows[:, :count] == s, axis=1)) for s in subsets])
+        assert found.sum() == len(rows)
+        assert_close_counts(found, np.full(len(subsets), 1 / len(subsets)), len(rows))

@@ -4,10 +4,20 @@ from numbers import Integral, Real
 from typing import Any
 
 
+class InvalidValue(ValueError):
+    """`<name>=<value> is invalid: must be <allowed>`, with its parts as fields (so that the
+    harness names the full key, `model.feature_dim`, without reading the message)."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        super().__init__(f"{name}={value!r} is invalid: must be {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
+
 def require(ok: bool, name: str, value: Any, allowed: str) -> None:
-    """Raise `ValueError("<name>=<value> is invalid: must be <allowed>")` unless `ok`."""
+    """Raise `InvalidValue` (a `ValueError`: "<name>=<value> is invalid: must be <allowed>")
+    unless `ok`."""
     if not ok:
-        raise ValueError(f"{name}={value!r} is invalid: must be {allowed}")
+        raise InvalidValue(name, value, allowed)
 
 
 def is_int(value: Any) -> bool:

@@ -2,7 +2,6 @@
 `BadInput` that names the full key, the value and what is allowed, before any training."""
 
 import inspect
-import re
 from dataclasses import dataclass
 
 import lightning as L
@@ -80,16 +79,15 @@ def did_you_mean(key: str, known: set[str]) -> str:
 
 
 def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> BadInput:
-    """The constructor's `name=value is invalid` with the name's full key (`model.feature_dim`),
-    found in the first of `groups` that has it. When the user did not set that key but set
-    others of its group, the message says which (`task.vocab_size=8` makes the default
-    `num_kv_pairs` invalid)."""
-    message = str(error)
-    match = re.match(r"(\w+)=", message)
-    group = next((g for g in groups if match and match[1] in cfg[g]), None)
+    """A constructor's `common.checks.InvalidValue` (`name=value is invalid`) with the name's
+    full key (`model.feature_dim`), found in the first of `groups` that has it. When the user
+    did not set that key but set others of its group, the message says which
+    (`task.vocab_size=8` makes the default `num_kv_pairs` invalid)."""
+    message, name = str(error), getattr(error, "name", None)
+    group = next((g for g in groups if name is not None and name in cfg[g]), None)
     if group is None:
         return BadInput(message)
-    key = f"{group}.{match[1]}"
+    key = f"{group}.{name}"
     touched = touched_keys()
     given = sorted(k for k in touched if k.startswith(f"{group}.") and k != key)
     if touched and key not in touched and given:

@@ -33,6 +33,8 @@ from harness.optim import DECAY_CHOICES, SCHEDULES
 
 
 class _Absent:
+    """The marker of a key that the default config does not have."""
+
     def __repr__(self) -> str:
         return "ABSENT"
 
@@ -43,6 +45,8 @@ ABSENT: Any = _Absent()
 PRECISIONS = tuple(v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group))
 """Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
 STRATEGIES = ("auto", *StrategyRegistry.available_strategies())
+"""Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...); `harness.devices`
+narrows them for a data-parallel run."""
 WANDB_MODES = ("offline", "online", "disabled")
 LOGGERS = ("none", "wandb")
 """The `logger` group's options (conf/logger/<name>.yaml), each naming itself in `name`."""
@@ -67,6 +71,8 @@ def setting(
 
 
 def steps_or_fraction(value: Any) -> bool:
+    """`trainer.val_check_interval`: a number of steps (an int >= 1), or a fraction of the
+    training budget (a float in (0, 1])."""
     return (is_int(value) and value >= 1) or (isinstance(value, float) and 0 < value <= 1)
 
 

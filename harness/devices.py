@@ -1,7 +1,7 @@
 """Refuse a device request this machine cannot meet, before anything is built: a GPU where
 there is none, more processes than devices (or CPU cores), fp16 autocast on a CPU, or a
 data-parallel setting the data module cannot split. Each refusal is one `ValueError` naming
-the full key, the value and what is allowed (run.py prints it and exits 2)."""
+the full key, the value and what is allowed (refused in one line, exit 2: `harness.failures`)."""
 
 import os
 from typing import Any

@@ -32,7 +32,7 @@ import numpy as np
 
 from common.checks import require_int
 from tasks import register
-from tasks.base import PerRowLoadTask, require_int_given, token_sets
+from tasks.base import IGNORE, PerRowLoadTask, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
 from tasks.sampling import sample_distinct, sample_sorted_subsets
 
@@ -109,13 +109,18 @@ class SelectiveCopy(PerRowLoadTask):
             inputs[:, : length - fewest] = rng.integers(
                 FIRST_NOISE, self.first_data, size=(rows, length - fewest)
             )
-        row, j = np.nonzero(np.arange(m)[None, :] < k[:, None])
-        inputs[row, where[row, j]] = data[row, j]
+        # padding columns of `where` hold T - fewest: in every row, SEP or the copy, both
+        # written below
+        np.put_along_axis(inputs, where, data, axis=1)
         inputs[np.arange(rows), context] = SEP
-        copied = j < k[row] - 1
-        inputs[row[copied], context[row[copied]] + 1 + j[copied]] = data[row[copied], j[copied]]
-        out["labels"][row, context[row] + j] = data[row, j]
-        out["copy_position"][row, context[row] + j] = j
+        # the last m positions: position T - m + c of row r holds copy index c - (m - k[r])
+        index = np.arange(m)[None, :] - (m - k)[:, None]
+        answers = np.take_along_axis(data, np.maximum(index, 0), axis=1)
+        out["labels"][:, length - m :] = np.where(index >= 0, answers, IGNORE)
+        out["copy_position"][:, length - m :] = np.where(index >= 0, index, -1)
+        shown = np.take_along_axis(data, np.maximum(index - 1, 0), axis=1)  # s_j at SEP + 1 + j
+        tail = inputs[:, length - m :]
+        tail[:] = np.where(index >= 1, shown, tail)
 
     def _fill_at(self, out: dict[str, np.ndarray], rng: np.random.Generator, k: int) -> None:
         """Every row copies k tokens."""

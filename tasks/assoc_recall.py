@@ -159,20 +159,22 @@ class AssocRecall(Task):
         weights = np.arange(1, num_slots.max() + 1, dtype=np.float64) ** (self.power_a - 1.0)
         slots = sample_weighted_distinct(rng, weights, rows, m, None if m == fewest else num_slots)
         order = np.argsort(np.argsort(np.where(kept, slots, slots.max() + 1), axis=1), axis=1)
-        if m == fewest:  # one load: whole columns
-            inputs[:, 0 : 2 * m : 2] = keys
-            inputs[:, 1 : 2 * m : 2] = values
-            at, pair = (np.arange(rows)[:, None], 2 * m + 2 * slots), np.arange(m)
-        else:
-            row, pair = np.nonzero(kept)
-            inputs[row, 2 * pair] = keys = keys[row, pair]
-            inputs[row, 2 * pair + 1] = values = values[row, pair]
-            at, slots, order = (row, 2 * n[row] + 2 * slots[row, pair]), None, order[row, pair]
-        inputs[at] = keys
+        block = np.empty((rows, 2 * m), dtype=np.int64)  # k1 v1 k2 v2 ...
+        block[:, 0::2], block[:, 1::2] = keys, values
+        head = inputs[:, : 2 * m]
+        head[:] = block if m == fewest else np.where(np.repeat(kept, 2, axis=1), block, head)
+        # a pair a row does not keep repeats the row's first query: the same writes twice
+        at = 2 * n[:, None] + 2 * slots
+        if m > fewest:
+            at, keys, values, order = (
+                np.where(kept, a, a[:, :1]) for a in (at, keys, values, order)
+            )
+        put = np.put_along_axis
+        put(inputs, at, keys, axis=1)
         if self.layout == "teacher_forced":
-            inputs[at[0], at[1] + 1] = values
-        out["labels"][at] = values
-        out["query_index"][at] = pair
-        out["query_order"][at] = order
+            put(inputs, at + 1, values, axis=1)
+        put(out["labels"], at, values, axis=1)
+        put(out["query_index"], at, np.where(kept, np.arange(m), 0), axis=1)
+        put(out["query_order"], at, order, axis=1)
         if self.has_load_range:
             out["num_kv_pairs"][:] = n

@@ -22,7 +22,11 @@ Layout of one example (n = num_kv_pairs, T = seq_len, V = vocab_size):
 
 Slices: `query_index` [N, T], at a query position the index of the queried pair in the context
 (0 = the first pair written, furthest back), -1 elsewhere; `query_order` [N, T], the rank of
-the query among the example's queries in time (0 = first), -1 elsewhere.
+the query among the example's queries in time (0 = first), -1 elsewhere; with a range of loads,
+`num_kv_pairs` [N], the example's n.
+
+The load is `num_kv_pairs`: an integer, or a range [low, high] with `load_dist` /
+`load_weights` (tasks/load.py), each example at its own n (the largest must fit: T >= 4 high).
 
 Binding-free baselines (`baselines`): `chance` 1 / (V - V//2), a uniform guess among the
 value tokens; `in_context` 1 / n, a uniform guess among the context's n values; `elimination`,

@@ -73,8 +73,8 @@ class Task:
     A task with a load (`load_param`, see tasks/load.py) takes it as an integer or a range
     [low, high] with `load_dist` and `load_weights`; with a range every example draws its own
     load, carried in the per-example slice named `load_param` (so `test/acc_by/<load_param>/
-    <load>` is accuracy against load), and the examples at load n are those of the task with
-    the single load n (`at_load(n)`).
+    <load>` is accuracy against load), and the examples at load n are distributed as those of
+    the task with the single load n (`at_load(n)`), whose invariants and baselines they meet.
     """
 
     registry_name: str

@@ -11,10 +11,11 @@ so the model reproduces the whole string after SEP: L labels per example, at SEP
 first L-1 copied tokens (the copy's last token is not an input: nothing is scored after it,
 hence the minimum seq_len 2L + 1). Every other label is -100.
 
-Parameters: `vocab_size` (alphabet = vocab_size - 3), `seq_len`, `copy_len` (the longest string;
-None = the longest that fits, (seq_len - 1) // 2, so it grows with `with_seq_len`),
-`min_copy_len` (None = copy_len: all strings equally long; else each example's length is uniform
-in [min_copy_len, copy_len]).
+Parameters: `vocab_size` (alphabet = vocab_size - 3), `seq_len`, `copy_len` (the load: the
+string length; None = the longest that fits, (seq_len - 1) // 2, so it grows with
+`with_seq_len`; an integer; or a range [low, high], each example's length drawn by `load_dist`
+/ `load_weights`, tasks/load.py), `min_copy_len` (None; or, with an integer copy_len, the range
+[min_copy_len, copy_len]: the same examples as copy_len=[min_copy_len, copy_len]).
 
 Slices: `copy_position` [N, T], at a scored position the index in the string of the token to
 output (0 = s_1), -1 elsewhere; `copy_len` [N], the example's string length.

@@ -18,7 +18,11 @@ Tokens: 0 is never emitted; keys are drawn from [1, vocab_size // 2), values fro
 Parameters: `vocab_size`, `seq_len`, `depth` (a float in [0, 1]; a list of floats, one picked
 uniformly per example; or "uniform": p uniform over [0, T - 3]), `num_distractors`.
 
-Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10 (the depth the needle actually got).
+Slice: `depth_bin` [N], round(10 * p / (T - 3)) in 0..10 (the depth the needle actually got);
+with a range of loads, `num_distractors` [N], the example's number of distractors.
+
+The load is `num_distractors`: an integer, or a range [low, high] with `load_dist` /
+`load_weights` (tasks/load.py), each example at its own count (T >= 2 high + 5).
 
 Binding-free baselines (`baselines`): `chance` 1 / (vocab_size - vocab_size // 2);
 `in_context`, a uniform guess among the values that follow a key token in the context (the

@@ -28,7 +28,10 @@ Parameters: `vocab_size`, `seq_len`, `num_kv_pairs`, `num_queries`, `noise_vocab
 The amount of noise is what seq_len leaves: T - 2q - 2n tokens.
 
 Slice: `query_index` [N, T], at a query the index of its pair in the context (0 = the first
-pair, furthest back), -1 elsewhere.
+pair, furthest back), -1 elsewhere; with a range of loads, `num_kv_pairs` [N], the example's n.
+
+The load is `num_kv_pairs`: an integer, or a range [low, high] with `load_dist` /
+`load_weights` (tasks/load.py), each example at its own n (T >= 2 high + 2q).
 
 Failure: as for MQAR (assoc_recall), plus noise: a model that writes every token into its state
 spends capacity on noise; input-dependent gating (selective state updates) can skip it.

@@ -17,7 +17,10 @@ Noise and data tokens are disjoint, so noise never looks like something to copy.
 Parameters: `vocab_size`, `seq_len`, `num_tokens` (k), `noise_vocab_size`.
 
 Slice: `copy_position` [N, T], at a scored position the index (0 = d_1) of the data token to
-output, -1 elsewhere.
+output, -1 elsewhere; with a range of loads, `num_tokens` [N], the example's k.
+
+The load is `num_tokens`: an integer, or a range [low, high] with `load_dist` / `load_weights`
+(tasks/load.py), each example at its own k (T >= 2 high).
 
 Binding-free baselines (`baselines`): `chance` 1 / (number of data tokens); `in_context`, a
 uniform guess among the distinct data tokens of the input. No shortcut: as in `copy`, each

@@ -75,7 +75,7 @@ class EpochBatches:
         return self.order[start : start + self.batch_size]
 
 
-def check_split(batch_size: int, rank: int, world_size: int) -> None:
+def check_batch_split(batch_size: int, rank: int, world_size: int) -> None:
     if batch_size % world_size or not 0 <= rank < world_size:
         raise ValueError(
             f"batch_size={batch_size} must split evenly over world_size={world_size} (rank={rank})"
@@ -100,7 +100,7 @@ class StepBatchSampler(Sampler[list[int]]):
         rank: int = 0,
         world_size: int = 1,
     ) -> None:
-        check_split(batch_size, rank, world_size)
+        check_batch_split(batch_size, rank, world_size)
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         self.start_step, self.num_steps = start_step, num_steps
         self.rank, self.world_size = rank, world_size

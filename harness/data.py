@@ -26,7 +26,7 @@ import torch
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from common.checks import is_real, require
+from common.checks import InvalidValue, is_real, require
 from harness.dataset_cache import load_split, split_seed
 from tasks import Task
 from tasks.base import pool_baselines, scored_positions
@@ -256,12 +256,12 @@ def split_counts(total: int, shares: Sequence[float]) -> list[int]:
 
 
 def overridden(task: Task, overrides: Mapping[str, Any], key: str) -> Task:
-    """`task` with some parameters changed; a bad one raises the task's `ValueError`, prefixed
-    with the config key that holds the overrides (`task.test: num_kv_pairs=...`)."""
+    """`task` with some parameters changed; a bad one raises the task's `InvalidValue` under
+    its full key (`task.test.num_kv_pairs=[1, 128] is invalid: ...`)."""
     try:
         return task.with_params(**dict(overrides))
-    except ValueError as error:
-        raise ValueError(f"{key}: {error}") from error
+    except InvalidValue as error:
+        raise InvalidValue(f"{key}.{error.name}", error.value, error.allowed) from error
 
 
 class TaskDataModule(L.LightningDataModule):
@@ -272,8 +272,8 @@ class TaskDataModule(L.LightningDataModule):
     (component i = `task` with its overrides, `num_train` and `num_val` split in proportion to
     the shares); `test_overrides` (optional): the test sets are of `task` with these
     parameters changed (e.g. {"num_kv_pairs": [1, 128], "load_dist": "log2"}), then of that
-    task at each length of `eval_seq_lens`. Bad overrides raise a `ValueError` naming
-    `task.mixture[i]` or `task.test`."""
+    task at each length of `eval_seq_lens`. A bad override raises the `InvalidValue` of
+    common.checks under its full key (`task.mixture[i].<name>`, `task.test.<name>`)."""
 
     def __init__(
         self,

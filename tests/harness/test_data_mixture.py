@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.checks import InvalidValue
 from harness.data import (
     ArrayDataset,
     BucketBatchSampler,
@@ -159,20 +160,21 @@ def test_test_overrides_give_the_test_task_then_every_eval_length() -> None:
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"test_overrides": {"num_kv_pairs": [1, 8]}}, r"^task\.test: seq_len=16 .*>= 32"),
-        ({"test_overrides": {"pairs": 4}}, r"^task\.test: pairs=4 is invalid: must be a parameter"),
+        ({"test_overrides": {"num_kv_pairs": [1, 8]}}, r"^task\.test\.seq_len=16 .*>= 32"),
+        ({"test_overrides": {"pairs": 4}}, r"^task\.test\.pairs=4 is invalid: must be a parameter"),
         (
             {"mixture": [({"seq_len": 16, "num_kv_pairs": [2, 8]}, 1.0)]},
-            r"^task\.mixture\[0\]: seq_len=16 is invalid",
+            r"^task\.mixture\[0\]\.seq_len=16 is invalid",
         ),
         ({"mixture": [({}, 1.0), ({}, 1e-6)]}, r"^task\.mixture\[1\]\.share=1e-06 is invalid"),
         ({"test_overrides": {"num_kv_pairs": 4}, "eval_seq_lens": [12]}, r"^seq_len=12 is invalid"),
     ],
 )
 def test_bad_overrides_are_refused_with_one_line(kw: dict, message: str) -> None:
-    with pytest.raises(ValueError, match=message) as error:
+    with pytest.raises(InvalidValue, match=message) as error:
         module(**kw)
     assert "\n" not in str(error.value)
+    assert str(error.value).startswith(f"{error.value.name}=")  # the key, for the harness
 
 
 @pytest.mark.parametrize(

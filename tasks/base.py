@@ -268,8 +268,12 @@ class Task:
 
     def with_params(self, **overrides: Any) -> "Task":
         """The same task with some parameters changed (checked as at construction); an
-        unknown parameter name raises the `ValueError` that lists the known ones."""
+        unknown parameter name raises the `ValueError` that lists the known ones. A new load
+        comes with its own distribution: `load_dist` and `load_weights` return to their
+        defaults unless `overrides` sets them too."""
         known = self.params()
+        if self.load_param is not None and self.load_param in overrides:
+            overrides = {"load_dist": "uniform", "load_weights": None, **overrides}
         for name, value in overrides.items():
             allowed = f"a parameter of {self.registry_name}: one of {', '.join(known)}"
             require(name in known, name, value, allowed)

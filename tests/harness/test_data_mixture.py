@@ -203,3 +203,15 @@ def test_a_mixture_trains_through_lightning_with_batches_of_each_length() -> Non
     widths = [batch["inputs"].shape[1] for batch in data.train_dataloader()]
     assert len(widths) == 30 and set(widths) == {16, 24, 32}
     assert all(isinstance(b["labels"], torch.Tensor) for b in data.val_dataloader())
+
+
+def test_a_component_or_test_set_with_its_own_load_drops_the_training_weights() -> None:
+    weighted = build_task(
+        "assoc_recall", seq_len=64, num_kv_pairs=[2, 8], load_weights={2: 3, 8: 1}
+    )
+    mixture = [({"num_kv_pairs": 4}, 1.0), ({"seq_len": 32}, 1.0)]
+    data = TaskDataModule(weighted, 100, 20, 20, 10, 0, mixture=mixture,
+                          test_overrides={"num_kv_pairs": [1, 8], "load_dist": "log2"})  # fmt: skip
+    assert data.train_tasks[0].loads() == {4: 1.0}  # its own single load
+    assert data.train_tasks[1].loads() == {2: 0.75, 8: 0.25}  # the weights stay with the load
+    assert data.test_tasks[0].loads() == {1: 0.25, 2: 0.25, 4: 0.25, 8: 0.25}

@@ -19,7 +19,9 @@ REFERENCE = "softmax"
 KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENCE))
 """The registry's mixers in a fixed order, softmax (the reference) first, then by name: model
 i gets colour i, whatever the sweep holds."""
-MARKERS = "osD^vP*Xhp<>"
+MARKERS = "osD^vP*Xhp<>dH8"
+PALETTE = (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2])
+"""The registered mixers' colours (softmax is black): tab10, then tab20's light shades."""
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
     "task.num_kv_pairs": "key-value pairs per example",
@@ -40,12 +42,12 @@ order they are first drawn: Dark2's strong colours, distinct from one another.""
 
 
 def colour(model: str) -> Any:
-    """The model's colour: softmax black, the others tab10 in registry order, variants and
+    """The model's colour: softmax black, the others `PALETTE` in registry order, variants and
     unknown names Dark2 in order of appearance."""
     if model == REFERENCE:
         return "black"
     if model in KNOWN_MODELS:
-        return plt.cm.tab10(KNOWN_MODELS.index(model) - 1)
+        return PALETTE[(KNOWN_MODELS.index(model) - 1) % len(PALETTE)]
     if model not in VARIANT_COLOURS:
         VARIANT_COLOURS[model] = plt.cm.Dark2(len(VARIANT_COLOURS) % 8)
     return VARIANT_COLOURS[model]

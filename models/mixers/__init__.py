@@ -3,7 +3,10 @@
 from models.mixers import (  # noqa: F401
     based,
     deltanet,
+    gated_deltanet,
+    gla,
     kernel_attention,
+    mamba2,
     retnet,
     rwkv,
     sliding_window,

@@ -3,6 +3,7 @@ gate per key dimension (GLA) or one per head (Mamba-2's scalar gate). "gate" in 
 a_t = exp(log_gate_t) in (0, 1]; b = the cumulative sum of the log-gates (log of the product
 of the gates) inside a chunk."""
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -145,13 +146,14 @@ def _gated_chunks(
     Dv, n = v.shape[-1], T // L
     qc, kc, vc, gc = (x.reshape(B, H, n, L, x.shape[-1]) for x in (q, k, v, log_gate))
     b = gc.cumsum(3)  # [B, H, n, L, D or 1]
+    ends = S is not None or n > 1 or return_state or not last  # the state is needed
     if b.shape[-1] == 1:
         o = _scalar_gated_sums(qc, kc, vc, b.squeeze(-1))
+        q_start, k_end = _ChunkEnds.apply(qc, kc, b) if ends else (None, None)
     else:
-        o = _gated_sums(qc, kc, vc, b)
-    if S is None and n == 1 and last and not return_state:
+        o, q_start, k_end = _gated_sums(qc, kc, vc, b, ends)
+    if not ends:
         return o.reshape(B, H, T, Dv), None
-    q_start, k_end = _ChunkEnds.apply(qc, kc, b)
     update = k_end.transpose(-1, -2) @ vc  # [B, H, n, D, Dv]
     if S is None and n == 1:
         return o.reshape(B, H, T, Dv), update[:, :, 0]
@@ -175,22 +177,34 @@ class _ChunkEnds(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
-        e_q = torch.exp(b)
-        e_k = torch.exp(b[..., -1:, :] - b)
-        q_start, k_end = q * e_q, k * e_k
-        ctx.save_for_backward(e_q, e_k, q_start, k_end)
-        return q_start, k_end
+        kept = _ends(q, k, b)
+        ctx.save_for_backward(*kept)
+        return kept[0], kept[1]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad_q_start: Tensor, grad_k_end: Tensor) -> tuple[Tensor, ...]:
-        e_q, e_k, q_start, k_end = ctx.saved_tensors
-        from_q, from_k = grad_q_start * q_start, grad_k_end * k_end
-        if e_q.shape[-1] != q_start.shape[-1]:  # one gate per head
-            from_q, from_k = from_q.sum(-1, keepdim=True), from_k.sum(-1, keepdim=True)
-        grad_b = from_q.sub_(from_k)
-        grad_b[..., -1:, :] += from_k.sum(-2, keepdim=True)
-        return grad_q_start * e_q, grad_k_end * e_k, grad_b
+        return _ends_backward(grad_q_start, grad_k_end, ctx.saved_tensors)
+
+
+def _ends(q: Tensor, k: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`_ChunkEnds`' forward: (q exp(b), k exp(b_end - b), exp(b), exp(b_end - b))."""
+    e_q = torch.exp(b)
+    e_k = (b[..., -1:, :] - b).exp_()
+    return q * e_q, k * e_k, e_q, e_k
+
+
+def _ends_backward(
+    grad_q_start: Tensor, grad_k_end: Tensor, kept: Sequence[Tensor]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`_ChunkEnds`' backward from what `_ends` returned: (dq, dk, db)."""
+    q_start, k_end, e_q, e_k = kept
+    from_q, from_k = grad_q_start * q_start, grad_k_end * k_end
+    if e_q.shape[-1] != q_start.shape[-1]:  # one gate per head
+        from_q, from_k = from_q.sum(-1, keepdim=True), from_k.sum(-1, keepdim=True)
+    grad_b = from_q.sub_(from_k)
+    grad_b[..., -1:, :] += from_k.sum(-2, keepdim=True)
+    return grad_q_start * e_q, grad_k_end * e_k, grad_b
 
 
 def _scalar_gated_sums(q: Tensor, k: Tensor, v: Tensor, b: Tensor) -> Tensor:
@@ -200,18 +214,23 @@ def _scalar_gated_sums(q: Tensor, k: Tensor, v: Tensor, b: Tensor) -> Tensor:
     return ((q @ k.transpose(-1, -2)) * weights) @ v
 
 
-def _gated_sums(q: Tensor, k: Tensor, v: Tensor, b: Tensor) -> Tensor:
-    """sum_{j<=i} (q_i exp(b_i - b_j))^T k_j v_j inside each chunk, per key dimension:
-    q, k, b [..., L, D], v [..., L, Dv] (docs/background.md, section 14). `_GatedSums` on
-    the chunk padded to a power of two with steps that neither write nor are read (q = k =
-    v = 0, log-gate 0: b stays the chunk's last)."""
+def _gated_sums(
+    q: Tensor, k: Tensor, v: Tensor, b: Tensor, ends: bool
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """sum_{j<=i} (q_i exp(b_i - b_j))^T k_j v_j inside each chunk, per key dimension, and with
+    `ends` also `_ChunkEnds`' (q exp(b), k exp(b_end - b)) in the same pass: q, k, b
+    [..., L, D], v [..., L, Dv] (docs/background.md, section 14). `_GatedSums` on the chunk
+    padded to a power of two with steps that neither write nor are read (q = k = v = 0,
+    log-gate 0: b stays the chunk's last)."""
     L = q.shape[-2]
     P = 1 << (L - 1).bit_length()
     if P != L:
         q, k, v = (F.pad(x, (0, 0, 0, P - L)) for x in (q, k, v))
         b = torch.cat([b, b[..., L - 1 :, :].expand(*b.shape[:-2], P - L, b.shape[-1])], -2)
-    o = _GatedSums.apply(*(x.contiguous() for x in (q, k, v, b)))
-    return o if P == L else o[..., :L, :]
+    outs = _GatedSums.apply(*(x.reshape(-1, P, x.shape[-1]) for x in (q, k, v, b)), ends)
+    shapes = (v.shape, q.shape, k.shape)
+    outs = [None if x is None else x.view(shape) for x, shape in zip(outs, shapes, strict=True)]
+    return tuple(x if x is None or P == L else x[..., :L, :] for x in outs)
 
 
 def _halves(x: Tensor, s: int) -> tuple[Tensor, Tensor]:
@@ -222,8 +241,8 @@ def _halves(x: Tensor, s: int) -> tuple[Tensor, Tensor]:
 
 
 class _GatedSums(torch.autograd.Function):
-    """The per-dimension in-chunk sums by halves, q, k, b [..., P, D], v [..., P, Dv], P a
-    power of two. The pairs j < i are taken block by block: a block of s steps is split into
+    """The per-dimension in-chunk sums by halves, q, k, b [R, P, D], v [R, P, Dv] (R chunks),
+    P a power of two. The pairs j < i are taken block by block: a block of s steps is split into
     its halves, and every pair (i in the second, j in the first) has the same reference point
     r between them, the last step of the first half:
 
@@ -237,54 +256,118 @@ class _GatedSums(torch.autograd.Function):
     dQ' = dA K', dK' = dA^T Q', then dq_i = dq_i' exp(b_i - b_r), db_i = dq_i' q_i',
     dk_j = dk_j' exp(b_r - b_j), db_j = -dk_j' k_j'. The weights do not depend on r, so r
     takes no gradient. The exponentials and A are kept from the forward (when a gradient is
-    needed), Q' and K' recomputed."""
+    needed), Q' and K' recomputed.
+
+    Both passes run over tiles of chunks of at most GATED_TILE_BYTES per input, so that the
+    passes of every level over a tile stay in a core's cache."""
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, b: Tensor) -> Tensor:
-        P = q.shape[-2]
-        o = (q * k).sum(-1, keepdim=True) * v  # the pairs i = j
-        kept = []
-        s = P
-        while s > 1:
-            (q_late, k_early, v_early), (b_early, b_late) = _block_inputs(q, k, v, b, s)
-            ref = b_early[..., -1:, :]
-            e_q, e_k = torch.exp(b_late - ref), torch.exp(ref - b_early)  # [..., P/s, h, D]
-            q_f, k_f = e_q * q_late, e_k * k_early  # q_i exp(b_i - b_r), k_j exp(b_r - b_j)
-            A = q_f @ k_f.transpose(-1, -2)  # [..., P/s, h, h]
-            _halves(o, s)[1].add_(_mm(A, v_early))
-            if any(ctx.needs_input_grad):
-                kept += [e_q, e_k, A]
-            s //= 2
-        ctx.save_for_backward(q, k, v, b, *kept)
-        return o
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, b: Tensor, ends: bool
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        o = torch.empty_like(v)
+        keep = any(ctx.needs_input_grad)
+        ctx.kept, starts, stops = [], [], []
+        for tile in _tiles(q):
+            kept = _sums_forward(*(x[tile] for x in (q, k, v, b, o)), keep)
+            if ends:
+                q_start, k_end, *exps = _ends(q[tile], k[tile], b[tile])
+                starts.append(q_start)
+                stops.append(k_end)
+                kept.extend([q_start, k_end, *exps] if keep else [])
+            ctx.kept.append(kept)
+        ctx.save_for_backward(q, k, v, b)
+        ctx.set_materialize_grads(False)
+        if not ends:
+            return o, None, None
+        return o, torch.cat(starts), torch.cat(stops)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_o: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        q, k, v, b, *kept = ctx.saved_tensors
-        grad_o = grad_o.contiguous()
-        qk, go_v = (q * k).sum(-1, keepdim=True), (grad_o * v).sum(-1, keepdim=True)
-        grad_q, grad_k, grad_v = go_v * k, go_v * q, qk * grad_o  # the pairs i = j
-        grad_b = torch.zeros_like(b)
-        s = q.shape[-2]
-        while s > 1:
-            e_q, e_k, A = kept[:3]
-            kept = kept[3:]
-            (q_late, k_early, v_early), _ = _block_inputs(q, k, v, b, s)
-            q_f, k_f = e_q * q_late, e_k * k_early
-            grad_late = _halves(grad_o, s)[1]
-            _halves(grad_v, s)[0].add_(_mm(A.transpose(-1, -2), grad_late))
-            grad_A = grad_late @ v_early.transpose(-1, -2)
-            grad_qf, grad_kf = _mm(grad_A, k_f), _mm(grad_A.transpose(-1, -2), q_f)
-            gq_early, gq_late = _halves(grad_q, s)
-            gk_early, gk_late = _halves(grad_k, s)
-            gb_early, gb_late = _halves(grad_b, s)
-            gq_late.addcmul_(grad_qf, e_q)
-            gb_late.addcmul_(grad_qf, q_f)
-            gk_early.addcmul_(grad_kf, e_k)
-            gb_early.addcmul_(grad_kf, k_f, value=-1)
-            s //= 2
-        return grad_q, grad_k, grad_v, grad_b
+    def backward(
+        ctx: Any, grad_o: Tensor | None, grad_q_start: Tensor | None, grad_k_end: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        q, k, v, b = ctx.saved_tensors
+        grad_o = torch.zeros_like(v) if grad_o is None else grad_o.contiguous()
+        grads = [torch.empty_like(x) for x in (q, k, v, b)]
+        levels = 3 * (q.shape[-2].bit_length() - 1)  # what `_sums_forward` kept per tile
+        for tile, kept in zip(_tiles(q), ctx.kept, strict=True):
+            _sums_backward(*(x[tile] for x in (q, k, v, b, grad_o, *grads)), kept[:levels])
+            if kept[levels:] and (grad_q_start is not None or grad_k_end is not None):
+                g_start, g_end = (
+                    torch.zeros_like(q[tile]) if g is None else g[tile]
+                    for g in (grad_q_start, grad_k_end)
+                )
+                grad_q, grad_k, grad_b = _ends_backward(g_start, g_end, kept[levels:])
+                grads[0][tile] += grad_q
+                grads[1][tile] += grad_k
+                grads[3][tile] += grad_b
+        del ctx.kept
+        return (*grads, None)
+
+
+GATED_TILE_BYTES = 1 << 21  # per input of `_GatedSums` per tile: a level's passes in cache
+
+
+def _tiles(q: Tensor) -> list[slice]:
+    """The tiles of q [R, P, D]: whole chunks (rows), at most GATED_TILE_BYTES (at least one
+    chunk) each."""
+    rows = max(1, GATED_TILE_BYTES // (q[0].numel() * q.element_size()))
+    return [slice(r, r + rows) for r in range(0, q.shape[0], rows)]
+
+
+def _sums_forward(
+    q: Tensor, k: Tensor, v: Tensor, b: Tensor, o: Tensor, keep: bool
+) -> list[Tensor]:
+    """`_GatedSums`' forward on one tile, written into o; returns what the backward needs."""
+    torch.mul((q * k).sum(-1, keepdim=True), v, out=o)  # the pairs i = j
+    kept = []
+    s = q.shape[-2]
+    while s > 1:
+        (q_late, k_early, v_early), (b_early, b_late) = _block_inputs(q, k, v, b, s)
+        ref = b_early[..., -1:, :]
+        e_q, e_k = (b_late - ref).exp_(), (ref - b_early).exp_()  # [..., P/s, h, D]
+        q_f, k_f = e_q * q_late, e_k * k_early  # q_i exp(b_i - b_r), k_j exp(b_r - b_j)
+        A = q_f @ k_f.transpose(-1, -2)  # [..., P/s, h, h]
+        _halves(o, s)[1].add_(_mm(A, v_early))
+        if keep:
+            kept += [e_q, e_k, A]
+        s //= 2
+    return kept
+
+
+def _sums_backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    b: Tensor,
+    grad_o: Tensor,
+    grad_q: Tensor,
+    grad_k: Tensor,
+    grad_v: Tensor,
+    grad_b: Tensor,
+    kept: list[Tensor],
+) -> None:
+    """`_GatedSums`' backward on one tile, written into the grad_ tensors."""
+    qk, go_v = (q * k).sum(-1, keepdim=True), (grad_o * v).sum(-1, keepdim=True)
+    torch.mul(go_v, k, out=grad_q)  # the pairs i = j
+    torch.mul(go_v, q, out=grad_k)
+    torch.mul(qk, grad_o, out=grad_v)
+    grad_b.zero_()
+    s = q.shape[-2]
+    for e_q, e_k, A in zip(kept[::3], kept[1::3], kept[2::3], strict=True):
+        (q_late, k_early, v_early), _ = _block_inputs(q, k, v, b, s)
+        q_f, k_f = e_q * q_late, e_k * k_early
+        grad_late = _halves(grad_o, s)[1]
+        _halves(grad_v, s)[0].add_(_mm(A.transpose(-1, -2), grad_late))
+        grad_A = grad_late @ v_early.transpose(-1, -2)
+        grad_qf, grad_kf = _mm(grad_A, k_f), _mm(grad_A.transpose(-1, -2), q_f)
+        gb_early, gb_late = _halves(grad_b, s)
+        _halves(grad_q, s)[1].addcmul_(grad_qf, e_q)
+        gb_late.addcmul_(grad_qf, q_f)
+        _halves(grad_k, s)[0].addcmul_(grad_kf, e_k)
+        gb_early.addcmul_(grad_kf, k_f, value=-1)
+        s //= 2
 
 
 def _block_inputs(

@@ -13,6 +13,7 @@ from torch.profiler import ProfilerActivity, profile
 from models.kernels import (
     delta_rule,
     gated_delta_rule,
+    gated_linear,
     gated_linear_attention,
     linear_attention,
 )
@@ -104,6 +105,16 @@ def test_gated_delta_rule_modes_match_recurrent(T, chunk_size, with_state):
     """o, the returned state and the gradients of q, k, v, beta, log_gate and the state."""
     inputs = _gdr_inputs(T, seed=T + chunk_size, with_state=with_state)
     _assert_modes_match(gated_delta_rule, inputs, chunk_size)
+
+
+@pytest.mark.parametrize("tile_bytes", [1, 3 * 8 * 5 * 8])
+def test_gla_chunk_tiles_match_recurrent(monkeypatch, tile_bytes):
+    """The per-dimension chunk sums in tiles of one chunk, and of three chunks (which split
+    the block of 4 chunks x 2 x 3 rows unevenly), forwards and backwards, against the step
+    loop: 37 steps in chunks of 8 from a state, 4 whole chunks and a tail."""
+    monkeypatch.setattr(gated_linear, "GATED_TILE_BYTES", tile_bytes)
+    inputs = _gla_inputs(37, seed=10, per_dim=True, with_state=True)
+    _assert_modes_match(gated_linear_attention, inputs, 8)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -150,16 +150,21 @@ class Task:
         uninitialised unless `prefill`); with a load range, the per-example slice
         `load_param` too."""
         shape = (num_examples, self.seq_len)
-        out = {"inputs": np.empty(shape, np.int64), "labels": np.empty(shape, np.int64)}
-        out.update({name: np.empty(shape, np.int64) for name in self.position_slices})
         names = self.example_slices
         if self.has_load_range and self.load_param not in names:
             names = (*names, self.load_param)
-        out.update({name: np.empty(num_examples, np.int64) for name in names})
-        if prefill:
-            for name, array in out.items():
-                array.fill(0 if name == "inputs" else IGNORE if name == "labels" else -1)
-        return out
+        if not prefill:
+            arrays = ["inputs", "labels", *self.position_slices]
+            return {
+                **{name: np.empty(shape, np.int64) for name in arrays},
+                **{name: np.empty(num_examples, np.int64) for name in names},
+            }
+        return {
+            "inputs": np.zeros(shape, dtype=np.int64),
+            "labels": np.full(shape, IGNORE, dtype=np.int64),
+            **{name: np.full(shape, -1, dtype=np.int64) for name in self.position_slices},
+            **{name: np.full(num_examples, -1, dtype=np.int64) for name in names},
+        }
 
     def _generate(self, num_examples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Allocate the arrays, then `_fill` them in chunks of rows, so memory stays bounded

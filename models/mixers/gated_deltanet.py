@@ -1,5 +1,5 @@
 """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024): the delta rule with Mamba-2's gate
-(docs/background.md, "The gated family")."""
+(docs/background.md, section 16)."""
 
 import torch
 from torch import nn

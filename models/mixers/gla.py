@@ -1,5 +1,5 @@
 """GLA: gated linear attention, a state forgotten by input, one gate per key dimension
-(Yang et al. 2024; docs/background.md, "The gated family")."""
+(Yang et al. 2024; docs/background.md, section 16)."""
 
 import torch
 import torch.nn.functional as F

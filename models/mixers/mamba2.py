@@ -1,5 +1,5 @@
 """Mamba-2's recurrence (Dao & Gu 2024, state-space duality): linear attention with one
-input-dependent scalar gate per head (docs/background.md, "The gated family")."""
+input-dependent scalar gate per head (docs/background.md, section 16)."""
 
 import math
 

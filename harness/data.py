@@ -319,9 +319,15 @@ class TaskDataModule(L.LightningDataModule):
         return [t.seq_len for t in self.test_tasks]
 
     @property
+    def max_train_seq_len(self) -> int:
+        """The longest training sequence (of any component of a mixture): learned positions
+        must reach it."""
+        return max(t.seq_len for t in self.train_tasks)
+
+    @property
     def max_seq_len(self) -> int:
-        """The longest sequence of any split: the model's positions must reach it."""
-        return max(t.seq_len for t in [*self.train_tasks, *self.test_tasks])
+        """The longest sequence of any split, test sets included."""
+        return max(self.max_train_seq_len, *self.test_seq_lens)
 
     def _load(self, task: Task, split: str, num: int, component: int | None = None) -> ArrayDataset:
         seed = split_seed(self.seed, split, component)

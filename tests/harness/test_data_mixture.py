@@ -42,6 +42,7 @@ def test_mixture_from_config_and_the_counts_it_gives() -> None:
     data = module(mixture=mixture)
     assert data.counts == {"train": [1000, 200, 400], "val": [100, 20, 40]}
     assert [t.seq_len for t in data.train_tasks] == [16, 24, 32] and data.max_seq_len == 32
+    assert data.max_train_seq_len == 32 and data.test_seq_lens == [16]  # tested on `task`
     assert split_counts(10, [1, 1, 1]) == [4, 3, 3] and sum(split_counts(997, [3, 5, 11])) == 997
 
 
@@ -147,6 +148,7 @@ def test_test_overrides_give_the_test_task_then_every_eval_length() -> None:
     overrides = {"seq_len": 64, "num_kv_pairs": [1, 8], "load_dist": "log2"}
     data = module(test_overrides=overrides, eval_seq_lens=[96])
     assert data.test_seq_lens == [64, 96] and data.max_seq_len == 96
+    assert data.max_train_seq_len == 16
     assert all(t.params()["num_kv_pairs"] == [1, 8] for t in data.test_tasks)
     data.setup("test")
     loads = data.test_sets[1].arrays()["num_kv_pairs"]

@@ -82,11 +82,11 @@ def check_log_gate(name: str, log_gate: Tensor) -> None:
 
 
 def causal_exp(diff: Tensor, dim: tuple[int, int]) -> Tensor:
-    """exp(diff) where the index along dim[0] is at least the one along dim[1] (the causal
-    lower triangle, where diff = b_t - b_s <= 0), 0 elsewhere (exp(-inf): no overflow, and
-    no gradient)."""
+    """exp(diff), in place (diff is a fresh tensor of differences), where the index along
+    dim[0] is at least the one along dim[1] (the causal lower triangle, where
+    diff = b_t - b_s <= 0), 0 elsewhere (exp(-inf): no overflow, and no gradient)."""
     T = diff.shape[dim[0]]
     shape = [1] * diff.dim()
     shape[dim[0]] = shape[dim[1]] = T
     lower = torch.ones(T, T, dtype=torch.bool, device=diff.device).tril().view(shape)
-    return diff.masked_fill(~lower, float("-inf")).exp()
+    return diff.masked_fill_(~lower, float("-inf")).exp_()

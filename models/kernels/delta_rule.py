@@ -123,13 +123,14 @@ def delta_chunks(
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
     kt = kc.transpose(-1, -2)
-    gram = (kc * bc) @ kt
-    scores = (qc @ kt).tril_()  # tril(Q K^T), in place (the product's backward needs no output)
+    gram, scores = (kc * bc) @ kt, qc @ kt
     keys, q_start, kt_end, eye = kc, qc, kt, torch.eye(D, dtype=q.dtype, device=q.device)
-    if log_gate is not None:
+    if log_gate is None:
+        scores = scores.tril_()  # tril(Q K^T), in place (the product's backward needs no output)
+    else:
         b = log_gate.reshape(B, H, n, L).cumsum(-1)
         gaps = causal_exp(b.unsqueeze(-1) - b.unsqueeze(-2), dim=(-2, -1))  # [B, H, n, L, L]
-        gram, scores = gram * gaps, scores * gaps
+        gram, scores = gram * gaps, scores * gaps  # gaps is 0 above the diagonal
         alive = torch.exp(b).unsqueeze(-1)  # exp(b_i): what is left of S_start at step i
         keys, q_start = kc * alive, qc * alive
         kt_end = (kc * torch.exp(b[..., L - 1 :] - b).unsqueeze(-1)).transpose(-1, -2)

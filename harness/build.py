@@ -3,13 +3,14 @@
 
 import inspect
 from dataclasses import dataclass
+from typing import Any
 
 import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require_int
-from harness.data import TaskDataModule
+from harness.data import TaskDataModule, mixture_from_config
 from harness.devices import check_devices
 from harness.failures import BadInput, as_bad_input
 from harness.hydra_job import touched_keys
@@ -96,6 +97,11 @@ def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> Bad
     return BadInput(f"{group}.{message}")
 
 
+def plain(node: Any) -> Any:
+    """A config node as plain Python containers (None stays None)."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
 def build(cfg: DictConfig) -> Parts:
     """Construct task, model and data, or raise `BadInput` before any training."""
     check_run(cfg)
@@ -104,19 +110,7 @@ def build(cfg: DictConfig) -> Parts:
     except ValueError as error:
         raise owned_by(error, cfg, ("task",)) from error
     eval_seq_lens = list(cfg.task.get("eval_seq_lens") or [])
-    torch.manual_seed(cfg.seed)
-    try:
-        longest = max([task.seq_len, *eval_seq_lens])
-        model = LanguageModel(
-            vocab_size=task.vocab_size,
-            max_seq_len=longest if cfg.backbone.pos_emb == "none" else task.seq_len,
-            mixer=cfg.model.name,
-            mixer_params=params_of(cfg.model),
-            **cfg.backbone,
-        )
-    except ValueError as error:
-        raise owned_by(error, cfg, ("model", "backbone")) from error
-    try:
+    with as_bad_input():  # a bad mixture or test override names its full key (task.test.<name>)
         data = TaskDataModule(
             task,
             num_train=cfg.data.num_train,
@@ -126,7 +120,22 @@ def build(cfg: DictConfig) -> Parts:
             seed=cfg.data.seed,
             eval_seq_lens=eval_seq_lens,
             cache_dir=cfg.data.cache_dir,
+            mixture=mixture_from_config(plain(cfg.task.get("mixture"))),
+            test_overrides=plain(cfg.task.get("test")),
         )
+    positions = data.max_seq_len if cfg.backbone.pos_emb == "none" else data.max_train_seq_len
+    torch.manual_seed(cfg.seed)
+    try:
+        model = LanguageModel(
+            vocab_size=task.vocab_size,
+            max_seq_len=positions,
+            mixer=cfg.model.name,
+            mixer_params=params_of(cfg.model),
+            **cfg.backbone,
+        )
+    except ValueError as error:
+        raise owned_by(error, cfg, ("model", "backbone")) from error
+    try:
         for seq_len in data.test_seq_lens:
             model.check_length(seq_len)
     except ValueError as error:

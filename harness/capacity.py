@@ -16,7 +16,9 @@ on one model's final weights at every tested load. Two readouts come from it:
 """
 
 import math
+from collections import defaultdict
 from collections.abc import Mapping
+from typing import Any
 
 NOT_LIMITED = "not_limited"
 CAPACITY_LIMITED = "capacity_limited"
@@ -25,7 +27,61 @@ VERDICTS = (NOT_LIMITED, CAPACITY_LIMITED, TRAINING_LIMITED)
 
 JUDGING_FLOOR = 0.5
 """The verdict is judged at the smallest load whose binding-free floor is at most this."""
+FLOOR_TOLERANCE = 0.02
+"""How far a measured floor may sit above `JUDGING_FLOOR` and still count: a baseline that is
+exactly 1/2 (MQAR at 2 pairs) reads up to a point above it on a few hundred test examples."""
 DEFAULT_THRESHOLD = 0.9
+
+ACC_BY = "test/acc_by/"
+BASELINE_BY = "test/baseline_by/"
+"""The record's per-load metrics: `test/acc_by/<load>/<value>` (the accuracy sliced by the
+per-example load) and `test/baseline_by/<load>/<value>/<name>` (each binding-free baseline
+on the examples at that load)."""
+
+
+def baseline_metrics_by_load(load: str, baselines: Mapping[int, Mapping[str, float]]) -> dict:
+    """`{load value: {name: accuracy}}` as the record's `test/baseline_by/...` metrics."""
+    return {
+        f"{BASELINE_BY}{load}/{n}/{name}": value
+        for n, by_name in baselines.items()
+        for name, value in by_name.items()
+    }
+
+
+def load_of(metrics: Mapping[str, Any]) -> str | None:
+    """The load a run was tested over: the slice that carries per-load baselines."""
+    names = {k[len(BASELINE_BY) :].split("/", 1)[0] for k in metrics if k.startswith(BASELINE_BY)}
+    return min(names) if names else None
+
+
+def accuracy_by_load(metrics: Mapping[str, Any], load: str) -> dict[int, float]:
+    """{load value: test accuracy} from a record's metrics (or a seed mean of them)."""
+    prefix = f"{ACC_BY}{load}/"
+    return {
+        int(key[len(prefix) :]): value
+        for key, value in metrics.items()
+        if key.startswith(prefix) and value is not None
+    }
+
+
+def baselines_by_load(metrics: Mapping[str, Any], load: str) -> dict[str, dict[int, float]]:
+    """{baseline name: {load value: accuracy}} from a record's metrics."""
+    prefix = f"{BASELINE_BY}{load}/"
+    out: dict[str, dict[int, float]] = defaultdict(dict)
+    for key, value in metrics.items():
+        if key.startswith(prefix) and value is not None:
+            number, name = key[len(prefix) :].split("/", 1)
+            out[name][int(number)] = value
+    return dict(out)
+
+
+def floors_by_load(metrics: Mapping[str, Any], load: str) -> dict[int, float]:
+    """{load value: the strongest binding-free baseline there}."""
+    floors: dict[int, float] = {}
+    for by_load in baselines_by_load(metrics, load).values():
+        for n, value in by_load.items():
+            floors[n] = max(value, floors.get(n, value))
+    return floors
 
 
 def load_at(curve: Mapping[int, float], level: float) -> float | None:
@@ -51,9 +107,10 @@ def load_at(curve: Mapping[int, float], level: float) -> float | None:
 
 
 def judging_load(floors: Mapping[int, float]) -> int | None:
-    """The smallest load whose binding-free floor is at most `JUDGING_FLOOR` (MQAR: 2 pairs,
-    where in-context guessing scores 1/2); None when every tested load can be guessed."""
-    eligible = [n for n, floor in floors.items() if floor <= JUDGING_FLOOR]
+    """The smallest load whose binding-free floor is at most `JUDGING_FLOOR` (within
+    `FLOOR_TOLERANCE`; MQAR: 2 pairs, where in-context guessing scores 1/2); None when every
+    tested load can be guessed."""
+    eligible = [n for n, floor in floors.items() if floor <= JUDGING_FLOOR + FLOOR_TOLERANCE]
     return min(eligible) if eligible else None
 
 
@@ -89,3 +146,13 @@ def readout(
         "judged_at": judging_load({n: f for n, f in floors.items() if n in curve}),
         "censored": [name for name, n in (("n90", n90), ("n50", n50)) if n == largest],
     }
+
+
+def readout_of(metrics: Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD) -> dict | None:
+    """`readout` of a record's per-load metrics, with the `load` it was read over; None when
+    the run was not tested on more than one load."""
+    load = load_of(metrics)
+    curve = accuracy_by_load(metrics, load) if load else {}
+    if len(curve) < 2:
+        return None
+    return {"load": load, **readout(curve, floors_by_load(metrics, load), threshold)}

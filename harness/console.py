@@ -8,6 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from harness.capacity import TRAINING_LIMITED
 from harness.convergence import left_floor
 from harness.status import OK, status_of
 
@@ -113,6 +114,27 @@ def why_not_converged(record: dict) -> str:
     return "budget ran out while improving"
 
 
+def capacity_text(capacity: dict | None) -> str:
+    """`n90 12.3 n50 27.0 pairs: capacity_limited`, the load curve's readout
+    (`harness.capacity`); `>=` marks a readout at the largest tested load (a lower bound),
+    and a `training_limited` run says what that means."""
+    if not capacity:
+        return ""
+
+    def value(name: str) -> str:
+        number = capacity.get(name)
+        if number is None:
+            return "-"
+        return (">=" if name in (capacity.get("censored") or []) else "") + f"{number:.3g}"
+
+    load = str(capacity.get("load") or "load").replace("num_", "").replace("_", " ")
+    text = f"{load}: n90 {value('n90')} n50 {value('n50')}, {capacity.get('verdict')}"
+    if capacity.get("verdict") == TRAINING_LIMITED:
+        below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
+        text += f" ({below}: not a limit)"
+    return text
+
+
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
     """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
     the strongest baseline, state size, time, and why it did not finish when it did not."""
@@ -127,6 +149,7 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
         if baseline:
             text += f" (baseline {baseline[1]:.3f} {baseline[0]})"
         parts.append(text)
+        parts.append(capacity_text(record.get("capacity")))
     state = record.get("state") or {}
     if state:
         parts.append(f"state {human_bytes(state.get('bytes_per_layer'))}/layer")

@@ -107,21 +107,22 @@ def converged(
 
 class ConvergenceStop(L.Callback):
     """Records `curve` ([step, val/acc] after every validation, the final one included) and
-    stops training when `val/acc` reaches `threshold` (None: never) or, if `stop_on_plateau`,
-    when the curve reaches a plateau above `floor` (`plateaued`). Its curve is part of the
-    checkpoint, so a resumed run has the whole curve. Must come before the checkpoint
-    callback, so the saved curve includes the validation just made."""
+    stops training when `val/acc` reaches `threshold` (None: never); a plateau above `floor`
+    (`plateaued`, gains judged against a validation set of `num_examples`) only judges the
+    verdict. Its curve is part of the checkpoint, so a resumed run has the whole curve. Must
+    come before the checkpoint callback, so the saved curve includes the validation just
+    made."""
 
     def __init__(
         self,
         threshold: float | None,
         patience: int,
         min_delta: float,
-        stop_on_plateau: bool,
         floor: float,
+        num_examples: int | None = None,
     ) -> None:
         self.threshold, self.patience, self.min_delta = threshold, patience, min_delta
-        self.stop_on_plateau, self.floor = stop_on_plateau, floor
+        self.floor, self.num_examples = floor, num_examples
         self.curve: Curve = []
         self.stopped: str | None = None
 
@@ -137,16 +138,14 @@ class ConvergenceStop(L.Callback):
             return  # a validation outside fit (the final one) only records
         if reached([[step, acc]], self.threshold):
             self.stopped = "early_stop_acc"
-        elif self.stop_on_plateau and plateaued(
-            self.curve, self.floor, self.patience, self.min_delta
-        ):
-            self.stopped = "plateau"
         # collective under DDP; every rank has the same gathered val/acc, so the same decision
         stop = trainer.strategy.reduce_boolean_decision(self.stopped is not None, all=False)
         trainer.should_stop = trainer.should_stop or stop
 
     def verdict(self) -> bool:
-        return converged(self.curve, self.threshold, self.patience, self.min_delta, self.floor)
+        return converged(
+            self.curve, self.threshold, self.patience, self.min_delta, self.floor, self.num_examples
+        )
 
     def state_dict(self) -> dict:
         return {"curve": self.curve, "stopped": self.stopped}

@@ -15,11 +15,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.status import FAILED, RECORD, SUMMARY
 
-HASH_EXCLUDED = ("logger", "hydra", "paths", "resume", "checkpoint", "output_dir", "compile")
-"""Top-level config keys that do not change a run's outcome (where files go, logging)."""
+HASH_EXCLUDED = (
+    "logger",
+    "hydra",
+    "paths",
+    "resume",
+    "checkpoint",
+    "output_dir",
+    "compile",
+    "capacity",
+)
+"""Top-level config keys that do not change a run's outcome (where files go, logging, how a
+load curve is read)."""
 HASH_EXCLUDED_DATA = ("cache_dir",)
-HARNESS_KEYS = ("name", "eval_seq_lens")
-"""Keys of a `task`/`model` group that are the harness's, not the constructor's."""
+HARNESS_KEYS = ("name", "eval_seq_lens", "test", "mixture")
+"""Keys of a `task`/`model` group that are the harness's, not the constructor's: the test
+lengths, the test set's parameter overrides (`task.test`) and a training mixture of task
+settings (`task.mixture`, `harness.data`)."""
+UNSET_TASK_KEYS = ("test", "mixture")
+"""The task group's harness keys that, unset (null), leave the hash as it is without them."""
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -29,6 +43,10 @@ def config_hash(cfg: DictConfig) -> str:
         resolved.pop(key, None)
     for key in HASH_EXCLUDED_DATA:
         resolved.get("data", {}).pop(key, None)
+    task = resolved.get("task", {})
+    for key in UNSET_TASK_KEYS:
+        if task.get(key) is None:
+            task.pop(key, None)
     resolved.get("trainer", {}).pop("enable_progress_bar", None)
     return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -84,6 +102,7 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "state": None,
         "metrics": {},
         "train": None,
+        "capacity": None,  # tested over a range of loads: harness.capacity.readout_of
         "wandb": None,
         "weights": None,  # the kept final weights' path with checkpoint.keep=true
         "run_dir": str(run_dir),

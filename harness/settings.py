@@ -83,7 +83,14 @@ class Plateau:
 
     patience: int = setting(5, low=1)
     min_delta: float = setting(0.01, low=0)
-    stop: bool = True
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The load curve's readout (`harness.capacity`): the accuracy a load must reach to count
+    as held (`capacity.n90`) and to pass the limit verdict."""
+
+    threshold: float = setting(0.9, above=0, high=1)
 
 
 @dataclass(frozen=True)
@@ -173,6 +180,7 @@ class RunSettings:
     compile: bool = False
     early_stop_acc: float | None = setting(0.99, above=0, high=1, none="never stop on accuracy")
     plateau: Plateau = field(default_factory=Plateau)
+    capacity: Capacity = field(default_factory=Capacity)
     data: Data = field(default_factory=Data)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     optim: Optim = field(default_factory=Optim)

@@ -124,6 +124,8 @@ def run_facts(record: dict) -> dict:
         "state": record.get("state"),
         "train": {k: train.get(k) for k in keep if k in train},
     }
+    if record.get("capacity"):
+        facts["capacity"] = record["capacity"]  # the load curve's n90, n50 and verdict
     if record.get("error"):
         facts["error"] = record["error"]
     return facts

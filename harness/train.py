@@ -15,9 +15,10 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from harness.build import Parts, build, check_run, resolved_model_params
+from harness.capacity import baseline_metrics_by_load, readout_of
 from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
 from harness.console import interrupted, job_line, quiet, show_progress_bar
-from harness.convergence import ConvergenceStop
+from harness.convergence import ConvergenceStop, standard_error
 from harness.failures import is_interruption, outcome
 from harness.hydra_job import experiment_name, job_number, output_dir, parallel_jobs, sweep_dir
 from harness.results import (
@@ -93,7 +94,7 @@ def run(cfg: DictConfig) -> dict:
         logger = start_logger(cfg, job, record)
         trainer = make_trainer(cfg, job, logger, validation_floor(parts))
         fit(cfg, job, trainer, parts, record)
-        test(trainer, parts, record)
+        test(trainer, parts, record, cfg.capacity.threshold)
         if cfg.checkpoint.get("keep") and is_recording_rank():
             record["weights"] = str(keep_weights(parts.model, job.run_dir))
         record["status"] = OK
@@ -160,7 +161,8 @@ def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
 
 def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float) -> L.Trainer:
     """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
-    stopping at `early_stop_acc` or on a `plateau`, and kill-safe checkpoints."""
+    stopping at `early_stop_acc` (a `plateau` judges convergence only), and kill-safe
+    checkpoints."""
     return L.Trainer(
         **{
             **cfg.trainer,
@@ -176,8 +178,8 @@ def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float)
                 cfg.early_stop_acc,
                 cfg.plateau.patience,
                 cfg.plateau.min_delta,
-                cfg.plateau.stop,
                 floor,
+                num_examples=cfg.data.num_val,
             ),
             SaveLast(job.checkpoint),  # after ConvergenceStop: the saved curve is up to date
         ],
@@ -201,7 +203,7 @@ def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dic
     finally:
         wall = wall if wall is not None else time.perf_counter() - start
         steps = trainer.global_step
-        tokens = (steps - resumed_at) * cfg.data.batch_size * parts.task.seq_len
+        tokens = (steps - resumed_at) * cfg.data.batch_size * mean_train_length(parts)
         stopped_by = watch.stopped or ("max_steps" if steps >= cfg.trainer.max_steps else None)
         record["train"] = {
             "steps": steps,
@@ -212,31 +214,53 @@ def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dic
             "val_curve": [[int(step), round(acc, 6)] for step, acc in watch.curve],
             "converged": finished and watch.verdict(),
             "floor": round(watch.floor, 6),
+            "val_standard_error": val_standard_error(watch.curve, cfg.data.num_val),
             "stopped_by": stopped_by if finished else None,
             DIVERGED_AT_STEP: None,
         }
         record["metrics"].update(parts.module.val_results)
 
 
-def test(trainer: L.Trainer, parts: Parts, record: dict) -> None:
+def test(trainer: L.Trainer, parts: Parts, record: dict, threshold: float) -> None:
     """Test at every test length with the trainer that fitted the model; beside the model's
-    accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`)."""
+    accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`) and,
+    tested over a range of loads, the load curve's readout at `threshold` (`capacity`:
+    `harness.capacity`)."""
     trainer.test(parts.module, datamodule=parts.data, verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
+    record["capacity"] = readout_of(record["metrics"], threshold)
 
 
 def baseline_metrics(parts: Parts) -> dict[str, float]:
-    """`Task.baselines` on the test set at the training length."""
-    baselines = parts.task.baselines(parts.data.test_sets[0].arrays())
-    return {f"test/baseline/{name}": value for name, value in baselines.items()}
+    """`Task.baselines` on the first test set (`test/baseline/<name>`) and, for a test set
+    over a range of loads, at every load (`test/baseline_by/<load>/<value>/<name>`)."""
+    baselines = parts.data.test_baselines(0)
+    metrics = {f"test/baseline/{name}": value for name, value in baselines.items()}
+    test_task = parts.data.test_tasks[0]
+    if test_task.has_load_range:
+        by_load = parts.data.test_baselines_by_load(0)
+        metrics.update(baseline_metrics_by_load(test_task.load_param, by_load))
+    return metrics
 
 
 def validation_floor(parts: Parts) -> float:
-    """The strongest binding-free baseline on the validation set: a plateau counts only above
-    it (`harness.convergence.plateaued`)."""
-    parts.data.setup("fit")
-    return max(parts.task.baselines(parts.data.splits["val"].arrays()).values())
+    """The strongest binding-free baseline on the validation set (of a mixture: pooled over
+    its components): a plateau counts only above it (`harness.convergence.plateaued`)."""
+    return max(parts.data.val_baselines().values())
+
+
+def val_standard_error(curve: list, num_val: int) -> float | None:
+    """The standard error of the last validation accuracy (`harness.convergence`), against
+    which a plateau's gains are judged."""
+    return round(standard_error(curve[-1][1], num_val), 6) if curve else None
+
+
+def mean_train_length(parts: Parts) -> float:
+    """Tokens per training example: the length, or a mixture's mean length over its examples."""
+    counts = parts.data.counts["train"]
+    lengths = [task.seq_len for task in parts.data.train_tasks]
+    return sum(n * c for n, c in zip(lengths, counts, strict=True)) / sum(counts)
 
 
 def finish(job: Job, record: dict, logger: Logger | None) -> None:

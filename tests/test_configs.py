@@ -17,7 +17,7 @@ from models import MIXERS
 from models.backbone import LanguageModel
 from tasks import TASKS
 
-HARNESS_KEYS = {"task": {"name", "eval_seq_lens"}, "model": {"name"}}
+HARNESS_KEYS = {"task": {"name", "eval_seq_lens", "test", "mixture"}, "model": {"name"}}
 
 
 @pytest.mark.parametrize(

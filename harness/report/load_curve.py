@@ -4,12 +4,12 @@ binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`),
 readout of the record (`capacity.n90`, `capacity.verdict`)."""
 
 from collections import defaultdict
-from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.capacity import TRAINING_LIMITED
+from harness.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load
+from harness.capacity import load_of as load_param
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
     BASELINE_STYLES,
@@ -21,37 +21,6 @@ from harness.report.style import (
     marker,
     model_order,
 )
-
-BASELINE_BY = "test/baseline_by/"
-
-
-def load_param(metrics: dict[str, Any]) -> str | None:
-    """The load a run was tested over: the slice that carries per-load baselines."""
-    names = {
-        key[len(BASELINE_BY) :].split("/", 1)[0] for key in metrics if key.startswith(BASELINE_BY)
-    }
-    return min(names) if names else None
-
-
-def accuracy_by_load(metrics: dict[str, Any], load: str) -> dict[int, float]:
-    """{load value: test accuracy} of one run (or a point's seed mean)."""
-    prefix = f"test/acc_by/{load}/"
-    return {
-        int(key[len(prefix) :]): value
-        for key, value in metrics.items()
-        if key.startswith(prefix) and value is not None
-    }
-
-
-def baselines_by_load(metrics: dict[str, Any], load: str) -> dict[str, dict[int, float]]:
-    """{baseline name: {load value: accuracy}}."""
-    prefix = f"{BASELINE_BY}{load}/"
-    out: dict[str, dict[int, float]] = defaultdict(dict)
-    for key, value in metrics.items():
-        if key.startswith(prefix) and value is not None:
-            number, name = key[len(prefix) :].split("/", 1)
-            out[name][int(number)] = value
-    return dict(out)
 
 
 def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:

@@ -48,6 +48,7 @@ def test_no_load_at_the_level_reads_none_and_every_load_reads_the_largest():
 def test_judged_at_the_smallest_load_a_guess_cannot_pass():
     assert judging_load(MQAR_FLOORS) == 2  # 1 pair: the only value in context is the answer
     assert judging_load({1: 1.0, 2: 0.6, 3: 0.5}) == 3
+    assert judging_load({1: 1.0, 2: 0.505, 4: 0.25}) == 2  # 1/2 measured a point above
     assert judging_load({1: 1.0}) is None
 
 

@@ -1,12 +1,9 @@
 """The report's load-curve figure on hand-made points: a line per run, its readout in the
 legend, baselines that coincide drawn once."""
 
-from harness.report.load_curve import (
-    accuracy_by_load,
-    baselines_by_load,
-    load_figure,
-    load_param,
-)
+from harness.capacity import accuracy_by_load, baselines_by_load
+from harness.capacity import load_of as load_param
+from harness.report.load_curve import load_figure
 from harness.report.points import Point
 
 LOADS = (2, 4, 8, 16, 32, 64)

@@ -83,7 +83,6 @@ def test_kill_9_then_rerun_resumes_and_matches_uninterrupted(tmp_path: Path) -> 
         "trainer.max_steps=120",
         "trainer.val_check_interval=20",
         "early_stop_acc=null",  # never stop early: both runs do all 120 steps
-        "plateau.stop=false",
         "threads=1",
         f"checkpoint.dir={tmp_path / 'ckpt'}",
     ]

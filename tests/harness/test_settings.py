@@ -41,7 +41,7 @@ REFUSED = [
     ("data.seed=-1", "data.seed=-1 is invalid: must be an integer >= 0"),
     ("optim.min_lr_ratio=2", "optim.min_lr_ratio=2 is invalid: must be in [0, 1]"),
     ("optim.warmup_fraction=x", "optim.warmup_fraction='x' is invalid: must be a number in [0, 1]"),
-    ("plateau.stop=no", "plateau.stop='no' is invalid: must be true or false"),
+    ("capacity.threshold=2", "capacity.threshold=2 is invalid: must be in (0, 1]"),
 ]  # fmt: skip
 
 

@@ -54,16 +54,16 @@ def in_blocks(
     block_len: int,
     state: Any,
 ) -> tuple[Tensor, Any]:
-    """Run `block_fn(*pieces, block_len, state, last) -> (out, state)` on the longest prefix
-    made of whole blocks, then on the remaining (< block_len) steps as one shorter block;
-    `last` tells a block that no other block follows it."""
+    """Run `block_fn(*pieces, L=length, state=state, last=last) -> (out, state)` on the
+    longest prefix made of whole blocks (L = block_len), then on the remaining (< block_len)
+    steps as one shorter block; `last` tells a block that no other block follows it."""
     T = seqs[0].shape[time_dim]
     full = T // block_len * block_len
     parts = [part for part in ((0, full, block_len), (full, T - full, T - full)) if part[1]]
     outs = []
     for index, (start, length, size) in enumerate(parts):
         pieces = [x if length == T else x.narrow(time_dim, start, length) for x in seqs]
-        out, state = block_fn(*pieces, size, state, index == len(parts) - 1)
+        out, state = block_fn(*pieces, L=size, state=state, last=index == len(parts) - 1)
         outs.append(out)
     return (outs[0] if len(outs) == 1 else torch.cat(outs, time_dim)), state
 

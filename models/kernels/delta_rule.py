@@ -57,7 +57,7 @@ def delta_rule(
         o, state = delta_recurrent(q, k, v, beta, None, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        chunks = partial(_ungated_chunks, return_state=return_state)
+        chunks = partial(delta_chunks, return_state=return_state)
         o, state = in_blocks(chunks, (q, k, v, beta), 2, size, initial_state)
     return (o, state) if return_state else o
 
@@ -89,9 +89,10 @@ def delta_chunks(
     k: Tensor,
     v: Tensor,
     beta: Tensor,
-    log_gate: Tensor | None,
+    log_gate: Tensor | None = None,
+    *,
     L: int,
-    S: Tensor | None,
+    state: Tensor | None,
     last: bool,
     return_state: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
@@ -118,8 +119,7 @@ def delta_chunks(
 
     with [W | U0] from diag(exp(b)) K and V; every exponent is <= 0."""
     B, H, T, D = q.shape
-    Dv = v.shape[-1]
-    n = T // L
+    Dv, n, S = v.shape[-1], T // L, state
     qc, kc, vc = q.reshape(B, H, n, L, D), k.reshape(B, H, n, L, D), v.reshape(B, H, n, L, Dv)
     bc = beta.reshape(B, H, n, L, 1)
     kt = kc.transpose(-1, -2)
@@ -156,11 +156,3 @@ def delta_chunks(
     starts = torch.stack(starts, 2)
     o = scores @ (U0 - W @ starts) + q_start @ starts
     return o.reshape(B, H, T, Dv), S
-
-
-def _ungated_chunks(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, L: int, S: Tensor | None, last: bool,
-    return_state: bool = True,
-) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """`delta_chunks` without a gate, in `in_blocks`' calling convention."""
-    return delta_chunks(q, k, v, beta, None, L, S, last, return_state)

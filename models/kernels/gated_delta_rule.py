@@ -64,21 +64,6 @@ def gated_delta_rule(
         o, state = delta_recurrent(q, k, v, beta, log_gate, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        chunks = partial(_gated_chunks, return_state=return_state)
+        chunks = partial(delta_chunks, return_state=return_state)
         o, state = in_blocks(chunks, (q, k, v, beta, log_gate), 2, size, initial_state)
     return (o, state) if return_state else o
-
-
-def _gated_chunks(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    beta: Tensor,
-    log_gate: Tensor,
-    L: int,
-    S: Tensor | None,
-    last: bool,
-    return_state: bool = True,
-) -> tuple[Tensor, Tensor | None]:
-    """`delta_chunks` with the gate, in `in_blocks`' calling convention."""
-    return delta_chunks(q, k, v, beta, log_gate, L, S, last, return_state)

@@ -128,8 +128,9 @@ def _gated_chunks(
     k: Tensor,
     v: Tensor,
     log_gate: Tensor,
+    *,
     L: int,
-    S: Tensor | None,
+    state: Tensor | None,
     last: bool,
     return_state: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
@@ -143,7 +144,7 @@ def _gated_chunks(
     `_gated_sums` (by halves, for per-dimension gates); the start states by a loop over the
     chunks. Every exponent is a difference b_later - b_earlier <= 0."""
     B, H, T, D = q.shape
-    Dv, n = v.shape[-1], T // L
+    Dv, n, S = v.shape[-1], T // L, state
     qc, kc, vc, gc = (x.reshape(B, H, n, L, x.shape[-1]) for x in (q, k, v, log_gate))
     b = gc.cumsum(3)  # [B, H, n, L, D or 1]
     ends = S is not None or n > 1 or return_state or not last  # the state is needed
@@ -266,17 +267,17 @@ class _GatedSums(torch.autograd.Function):
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, b: Tensor, ends: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         o = torch.empty_like(v)
-        keep = any(ctx.needs_input_grad)
-        ctx.kept, starts, stops = [], [], []
+        keep = any(x.requires_grad for x in (q, k, v, b))
+        kept, starts, stops = [], [], []
         for tile in _tiles(q):
-            kept = _sums_forward(*(x[tile] for x in (q, k, v, b, o)), keep)
+            kept += _sums_forward(*(x[tile] for x in (q, k, v, b, o)), keep)
             if ends:
                 q_start, k_end, *exps = _ends(q[tile], k[tile], b[tile])
                 starts.append(q_start)
                 stops.append(k_end)
-                kept.extend([q_start, k_end, *exps] if keep else [])
-            ctx.kept.append(kept)
-        ctx.save_for_backward(q, k, v, b)
+                kept += [q_start, k_end, *exps] if keep else []
+        ctx.save_for_backward(q, k, v, b, *kept)
+        ctx.ends = ends
         ctx.set_materialize_grads(False)
         if not ends:
             return o, None, None
@@ -287,22 +288,23 @@ class _GatedSums(torch.autograd.Function):
     def backward(
         ctx: Any, grad_o: Tensor | None, grad_q_start: Tensor | None, grad_k_end: Tensor | None
     ) -> tuple[Tensor | None, ...]:
-        q, k, v, b = ctx.saved_tensors
+        q, k, v, b, *kept = ctx.saved_tensors
         grad_o = torch.zeros_like(v) if grad_o is None else grad_o.contiguous()
         grads = [torch.empty_like(x) for x in (q, k, v, b)]
-        levels = 3 * (q.shape[-2].bit_length() - 1)  # what `_sums_forward` kept per tile
-        for tile, kept in zip(_tiles(q), ctx.kept, strict=True):
-            _sums_backward(*(x[tile] for x in (q, k, v, b, grad_o, *grads)), kept[:levels])
-            if kept[levels:] and (grad_q_start is not None or grad_k_end is not None):
+        levels = 3 * (q.shape[-2].bit_length() - 1)  # what `_sums_forward` keeps per tile
+        per_tile = levels + 4 * ctx.ends  # and `_ends`
+        for index, tile in enumerate(_tiles(q)):
+            mine = kept[index * per_tile : (index + 1) * per_tile]
+            _sums_backward(*(x[tile] for x in (q, k, v, b, grad_o, *grads)), mine[:levels])
+            if ctx.ends and (grad_q_start is not None or grad_k_end is not None):
                 g_start, g_end = (
                     torch.zeros_like(q[tile]) if g is None else g[tile]
                     for g in (grad_q_start, grad_k_end)
                 )
-                grad_q, grad_k, grad_b = _ends_backward(g_start, g_end, kept[levels:])
+                grad_q, grad_k, grad_b = _ends_backward(g_start, g_end, mine[levels:])
                 grads[0][tile] += grad_q
                 grads[1][tile] += grad_k
                 grads[3][tile] += grad_b
-        del ctx.kept
         return (*grads, None)
 
 
@@ -313,6 +315,8 @@ def _tiles(q: Tensor) -> list[slice]:
     """The tiles of q [R, P, D]: whole chunks (rows), at most GATED_TILE_BYTES (at least one
     chunk) each."""
     rows = max(1, GATED_TILE_BYTES // (q[0].numel() * q.element_size()))
+    if torch.compiler.is_compiling():  # one tile: a graph, not a Python loop unrolled
+        rows = q.shape[0]
     return [slice(r, r + rows) for r in range(0, q.shape[0], rows)]
 
 

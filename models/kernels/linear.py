@@ -251,9 +251,10 @@ class _Chunks:
         self.return_state, self.taylor, self.with_z = return_state, taylor, with_z
 
     def __call__(
-        self, q: Tensor, k: Tensor, v: Tensor, C: int, state: Tensor | None, last: bool
+        self, q: Tensor, k: Tensor, v: Tensor, L: int, state: Tensor | None, last: bool
     ) -> tuple[Tensor, Tensor | None]:
         B, H, T, _ = q.shape
+        C = L  # the chunk length
         n, log_g = T // C, self.log_g
         q, k = q.contiguous(), k.contiguous()  # else each product below copies them again
         if self.with_z:  # [v | 1]: the last column carries z

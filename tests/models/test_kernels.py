@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from models import kernels
 from models.kernels import (
@@ -20,6 +19,7 @@ from models.kernels import (
     taylor_features,
     taylor_linear_attention,
 )
+from tests.models.kernel_checks import graph_nodes, peak_bytes
 
 F64 = torch.float64
 LENGTHS = [1, 7, 37, 130]
@@ -233,16 +233,7 @@ def test_chunk_mode_never_holds_a_state_per_step():
     q, k, v = (torch.rand(1, 1, T, Dk, generator=gen, dtype=F64) for _ in range(3))
     per_step_states = T * Dk * Dk * 8
     for decay in (None, torch.tensor([0.9], dtype=F64)):
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            linear_attention(q, k, v, decay=decay, mode="chunk")
-        events = sorted(
-            (e for e in prof.events() if e.self_cpu_memory_usage),
-            key=lambda e: e.time_range.start,
-        )
-        current = peak = 0
-        for e in events:
-            current += e.self_cpu_memory_usage
-            peak = max(peak, current)
+        peak = peak_bytes(lambda decay=decay: linear_attention(q, k, v, decay=decay, mode="chunk"))
         assert 0 < peak < per_step_states / 4
 
 
@@ -371,17 +362,11 @@ def test_rwkv4_chunk_mode_holds_no_chunk_by_chunk_matrix():
     [T, C] (the chunk-by-chunk exponent form held [T, chunk_size, C], 16 of them per tensor)."""
     T, C = 8192, 64
     w, u, k, v = _leaves(*_wkv_inputs(T, seed=21, C=C))
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        out = rwkv4_wkv(w, u, k[:1], v[:1], mode="chunk", chunk_size=16)
-        out.sum().backward()
-    events = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
-    )
-    current = peak = 0
-    for e in events:
-        current += e.self_cpu_memory_usage
-        peak = max(peak, current)
-    assert 0 < peak < 40 * T * C * 8
+
+    def forward_backward() -> None:
+        rwkv4_wkv(w, u, k[:1], v[:1], mode="chunk", chunk_size=16).sum().backward()
+
+    assert 0 < peak_bytes(forward_backward) < 40 * T * C * 8
 
 
 @pytest.mark.parametrize("mode", ["recurrent", "parallel", "chunk"])
@@ -533,19 +518,6 @@ def test_bad_shapes_are_rejected():
 # ----------------------------------------------------------------------------- autograd graphs
 
 
-def _graph_nodes(out: torch.Tensor) -> list[str]:
-    """Names of the autograd nodes behind `out`."""
-    seen, stack, names = set(), [out.grad_fn], []
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        names.append(type(node).__name__)
-        stack.extend(next_fn for next_fn, _ in node.next_functions)
-    return names
-
-
 @pytest.mark.parametrize("mode", ["recurrent", "chunk"])
 def test_no_loop_indexes_one_step_or_chunk_in_autograd(mode):
     """Selecting step t (or chunk c) of a tensor inside a loop puts one SelectBackward per step
@@ -562,4 +534,4 @@ def test_no_loop_indexes_one_step_or_chunk_in_autograd(mode):
         delta_rule(*_leaves(dq, dk, dv, beta), **kw),
     ]
     for out in outs:
-        assert "SelectBackward0" not in _graph_nodes(out)
+        assert "SelectBackward0" not in graph_nodes(out)

@@ -8,7 +8,6 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile
 
 from models.kernels import (
     delta_rule,
@@ -17,6 +16,7 @@ from models.kernels import (
     gated_linear_attention,
     linear_attention,
 )
+from tests.models.kernel_checks import graph_nodes, peak_bytes
 
 F64 = torch.float64
 MODES = ("recurrent", "parallel", "chunk")
@@ -213,20 +213,6 @@ def test_float32_chunk_mode_stays_accurate_when_the_gates_leave_exps_range(per_c
 # ----------------------------------------------------------------------------- memory, graphs
 
 
-def _peak_bytes(call) -> int:
-    """The largest amount of CPU memory allocated at once while `call()` runs."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        call()
-    events = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
-    )
-    current = peak = 0
-    for e in events:
-        current += e.self_cpu_memory_usage
-        peak = max(peak, current)
-    return peak
-
-
 @pytest.mark.parametrize("kernel", ["gla", "gla_scalar", "gated_delta_rule"])
 def test_gated_chunk_memory_is_linear_in_T(kernel):
     """Peak memory of chunk mode, D = Dv = 64: four times the length takes at most 4.4 times
@@ -241,21 +227,9 @@ def test_gated_chunk_memory_is_linear_in_T(kernel):
             call = partial(gated_delta_rule, q, F.normalize(k, dim=-1), v, beta, gate)
         else:
             call = partial(gated_linear_attention, q, k, v, gate)
-        peaks[T] = _peak_bytes(call)
+        peaks[T] = peak_bytes(call)
     assert 0 < peaks[8192] <= 4.4 * peaks[2048]
     assert peaks[8192] < 8192 * Dk * Dk * 8 / 2
-
-
-def _graph_nodes(out: torch.Tensor) -> list[str]:
-    seen, stack, names = set(), [out.grad_fn], []
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        names.append(type(node).__name__)
-        stack.extend(next_fn for next_fn, _ in node.next_functions)
-    return names
 
 
 @pytest.mark.parametrize("mode", ["recurrent", "chunk"])
@@ -270,7 +244,7 @@ def test_no_loop_indexes_one_step_or_chunk_in_autograd(mode):
         gated_linear_attention(*_leaves(*gla_in[:3], gla_in[3][..., 0]), **kw),
         gated_delta_rule(*_leaves(*gdr_in), **kw),
     ):
-        assert "SelectBackward0" not in _graph_nodes(out)
+        assert "SelectBackward0" not in graph_nodes(out)
 
 
 # ----------------------------------------------------------------------------- bad input

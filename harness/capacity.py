@@ -156,3 +156,12 @@ def readout_of(metrics: Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD)
     if len(curve) < 2:
         return None
     return {"load": load, **readout(curve, floors_by_load(metrics, load), threshold)}
+
+
+def shown(capacity: Mapping[str, Any], name: str) -> str:
+    """A readout as the console and the report print it: `12.3`, `>=64` where it is the largest
+    tested load (a lower bound), `-` where no tested load reached the level."""
+    value = capacity.get(name)
+    if value is None:
+        return "-"
+    return (">=" if name in (capacity.get("censored") or []) else "") + f"{value:.3g}"

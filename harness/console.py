@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from harness.capacity import TRAINING_LIMITED
+from harness.capacity import TRAINING_LIMITED, shown
 from harness.convergence import left_floor
 from harness.status import OK, status_of
 
@@ -120,15 +120,9 @@ def capacity_text(capacity: dict | None) -> str:
     and a `training_limited` run says what that means."""
     if not capacity:
         return ""
-
-    def value(name: str) -> str:
-        number = capacity.get(name)
-        if number is None:
-            return "-"
-        return (">=" if name in (capacity.get("censored") or []) else "") + f"{number:.3g}"
-
     load = str(capacity.get("load") or "load").replace("num_", "").replace("_", " ")
-    text = f"{load}: n90 {value('n90')} n50 {value('n50')}, {capacity.get('verdict')}"
+    n90, n50 = shown(capacity, "n90"), shown(capacity, "n50")
+    text = f"{load}: n90 {n90} n50 {n50}, {capacity.get('verdict')}"
     if capacity.get("verdict") == TRAINING_LIMITED:
         below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
         text += f" ({below}: not a limit)"

@@ -65,7 +65,8 @@ def flat_row(record: dict) -> dict[str, Any]:
     config = {k: v for k, v in (record.get("config") or {}).items() if k not in NOT_PARAMETERS}
     row.update(flatten(config))
     row.pop("data.cache_dir", None)
-    row.update(flatten({"state": record.get("state") or {}, "train": record.get("train") or {}}))
+    parts = ("state", "train", "capacity")
+    row.update(flatten({part: record.get(part) or {} for part in parts}))
     row.update(record.get("metrics") or {})
     return row
 

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from common.checks import is_real
 from harness.report.figures import accuracy_figure, length_figure
+from harness.report.load_curve import load_figure
 from harness.report.page import write_page
 from harness.report.points import (
     AVERAGED,
@@ -98,9 +99,10 @@ def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], l
     return renamed, [key for key in point_keys if key not in named]
 
 
-def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
+def draw(points: list[Point], point_keys: list[str], rows: list[dict]) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
-    varied, or a task that is not there, is left out)."""
+    varied, or a task that is not there, is left out); `rows`, the jobs behind them, give a
+    load curve's seeds."""
     points, point_keys = variants(points, point_keys)
     figures = {
         "acc_vs_seq_len": accuracy_figure(
@@ -115,6 +117,7 @@ def draw(points: list[Point], point_keys: list[str]) -> dict[str, Figure]:
         "acc_vs_state": accuracy_figure(
             points, "state_bytes", point_keys, "Accuracy against recurrent state size"
         ),
+        "acc_vs_load": load_figure(points, point_keys, rows),
         "acc_vs_test_length": length_figure(points, point_keys),
         "needle_heatmap": needle_heatmap(points, point_keys),
         "copy_vs_length": copy_figure(points, point_keys),
@@ -141,13 +144,14 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
     notes = [
         f"{len(rows)} jobs: {tally(statuses)}"
         + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
-        "Accuracy: mean over the seeds that finished; error bars: their standard deviation.",
+        "Accuracy: mean over the seeds that finished; error bars: their sample standard "
+        "deviation (n - 1; none for one seed).",
     ]
     if lr_grid:
         lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
         notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
     figures = []
-    for name, figure in draw(points, point_keys).items():
+    for name, figure in draw(points, point_keys, rows).items():
         save(figure, out / f"{name}.png")
         figures.append(out / f"{name}.png")
     table = point_rows(points, point_keys, lr_grid)

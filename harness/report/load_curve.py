@@ -8,10 +8,11 @@ from collections import defaultdict
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load
+from harness.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load, shown
 from harness.capacity import load_of as load_param
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
+    AXIS_TITLES,
     BASELINE_STYLES,
     accuracy_axis,
     colour,
@@ -39,13 +40,12 @@ def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict
 def readout_label(rows: list[dict]) -> str:
     """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, 12.4 (...)` for several; `>=`
     where the readout is the largest tested load (a lower bound)."""
-    values, verdicts = [], []
-    for row in rows:
-        n90 = row.get("capacity.n90")
-        bound = ">=" if "n90" in (row.get("capacity.censored") or []) else ""
-        values.append("-" if n90 is None else f"{bound}{n90:.3g}")
-        verdicts.append(str(row.get("capacity.verdict")))
-    return f"n90 {', '.join(values)} ({', '.join(sorted(set(verdicts)))})"
+    readouts = [
+        {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("capacity.")} for r in rows
+    ]
+    values = ", ".join(shown(r, "n90") for r in readouts)
+    verdicts = ", ".join(sorted({str(r.get("verdict")) for r in readouts}))
+    return f"n90 {values} ({verdicts})"
 
 
 def load_figure(points: list[Point], point_keys: list[str], rows: list[dict]) -> Figure | None:
@@ -70,16 +70,32 @@ def load_figure(points: list[Point], point_keys: list[str], rows: list[dict]) ->
         draw_load_baselines(ax, mine, load, handles)
         log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
         ax.axhline(0.9, color="lightgrey", linewidth=0.8, zorder=0)
-        ax.set_xlabel(f"{load.replace('_', ' ')} per example (tested)")
+        ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
         accuracy_axis(ax)
         if several:
             ax.set_title(mine[0].model, fontsize=10)
-    fig.suptitle(f"Accuracy against {load.replace('_', ' ')}: one run per line", fontsize=12)
-    fig.legend(handles=list(handles.values()), loc="outside right upper", fontsize=8)
+    title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
+    fig.suptitle(f"{title}\n{budget(rows, load)}", fontsize=11)
+    fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=2, fontsize=8)
     return fig
 
 
 LINE_STYLES = ("-", "--", "-.", ":")
+
+
+def budget(rows: list[dict], load: str) -> str:
+    """What the curves were trained with: the training loads, steps, learning rate, width, and
+    what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
+
+    def values(key: str) -> str:
+        found = sorted({str(r[key]) for r in rows if r.get(key) is not None})
+        return "/".join(found) if found else "?"
+
+    return (
+        f"trained on {load}={values(f'task.{load}')}, {values('trainer.max_steps')} steps, "
+        f"lr {values('optim.lr')}, d_model {values('backbone.d_model')}; line: seed mean, "
+        "points: seeds (hollow: training_limited); light line: 0.9"
+    )
 
 
 def equal_curves(a: dict[int, float], b: dict[int, float]) -> bool:

@@ -70,6 +70,8 @@ class Point:
     """The training length (also when it was not varied)."""
     refused: bool = False
     """Every job of the point was refused before it was built."""
+    capacity: list[dict] = field(default_factory=list)
+    """Each ok seed's load-curve readout (`capacity.n90`, `n50`, `verdict`, `censored`)."""
 
     def get(self, key: str) -> Any:
         """A parameter, or `state_bytes`, by name."""
@@ -136,7 +138,8 @@ def mean_std(values: list[float]) -> tuple[float | None, float | None]:
     values = [v for v in values if not missing(v)]
     if not values:
         return None, None
-    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+    # the sample standard deviation (n - 1), none for one value
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
 def short_error(error: str | None) -> str:
@@ -199,6 +202,11 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
         if k.startswith(BASELINE_PREFIX)
     } or fallback_baselines(first)
     point.refused = all(refused(r) for r in group)
+    point.capacity = [
+        {k: r.get(f"capacity.{k}") for k in ("n90", "n50", "verdict", "censored")}
+        for r in ok
+        if r.get("capacity.verdict") is not None
+    ]
     point.note = why_not_ok([r for r in group if r.get("status") != OK])
     if ok and point.note:
         point.note = f"{point.not_ok} of {len(group)} seeds {point.note}"

@@ -3,6 +3,7 @@ state per job), and the jobs that did not finish with their error."""
 
 from typing import Any
 
+from harness.capacity import shown
 from harness.report.points import Point, sort_key
 from harness.status import OK
 
@@ -32,10 +33,22 @@ def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> lis
             row["best_lr"] = p.lr
         row.update({f"baseline.{b}": rounded(p.baselines.get(b)) for b in baselines})
         row.update({f"acc@T={n}": rounded(p.by_length.get(n)) for n in lengths})
+        if any(q.capacity for q in points):
+            row.update(capacity_columns(p.capacity))
         row["status"] = p.status
         row["note"] = p.note
         rows.append(row)
     return rows
+
+
+def capacity_columns(readouts: list[dict]) -> dict[str, str]:
+    """`n90`, `n50` per seed (`>=`: a lower bound, the largest tested load) and the verdicts."""
+
+    def values(name: str) -> str:
+        return ", ".join(shown(r, name) for r in readouts)
+
+    verdicts = sorted({str(r["verdict"]) for r in readouts})
+    return {"n90": values("n90"), "n50": values("n50"), "verdict": ", ".join(verdicts)}
 
 
 def frontier_rows(rows: list[dict]) -> list[dict]:

@@ -65,3 +65,29 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
 def test_no_figure_without_load_curves() -> None:
     plain = Point("assoc_recall", "softmax", {}, status="ok", metrics={"test/acc": 0.9})
     assert load_figure([plain], [], []) is None
+
+
+def curve_record(model: str, accs: dict[int, float], seed: int) -> dict:
+    from harness.capacity import readout_of
+    from tests.harness.synthetic import record
+
+    rec = record(model, seed=seed, metrics=metrics(accs))
+    rec["task_params"]["num_kv_pairs"] = [4, 64]
+    rec["capacity"] = readout_of(rec["metrics"])
+    return rec
+
+
+def test_a_sweep_of_load_curves_reports_the_figure_and_the_readout(tmp_path) -> None:
+    from harness.report import report
+    from tests.harness.synthetic import write_sweep
+
+    records = [curve_record("softmax", SOFTMAX, s) for s in (0, 1)]
+    records += [curve_record("linear", {**LINEAR, 8: 0.9 + 0.02 * s}, s) for s in (0, 1)]
+    table = report(write_sweep(tmp_path / "sweep", records), wandb_mode="disabled")
+    assert (tmp_path / "sweep" / "report" / "acc_vs_load.png").exists()
+    by_model = {row["model"]: row for row in table}
+    assert by_model["softmax"]["verdict"] == "not_limited"
+    assert by_model["softmax"]["n90"] == ">=64, >=64"
+    assert by_model["linear"]["verdict"] == "capacity_limited"
+    assert by_model["linear"]["n90"].count(",") == 1  # each seed's readout
+    assert by_model["softmax"]["seeds"] == 2 and by_model["softmax"]["std"] == 0.0

@@ -35,7 +35,7 @@ def figures_of(sweep: Path) -> dict:
     """The report's figures of `sweep`, drawn but not saved."""
     rows = clean_rows(load_sweep(sweep))
     point_keys = [c for c in varied(rows, parameter_columns(rows)) if c not in AVERAGED + SELECTED]
-    figures = draw(aggregate(rows, point_keys), point_keys)
+    figures = draw(aggregate(rows, point_keys), point_keys, rows)
     for figure in figures.values():
         figure.canvas.draw()
     return figures

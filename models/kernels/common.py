@@ -90,3 +90,25 @@ def causal_exp(diff: Tensor, dim: tuple[int, int]) -> Tensor:
     shape[dim[0]] = shape[dim[1]] = T
     lower = torch.ones(T, T, dtype=torch.bool, device=diff.device).tril().view(shape)
     return diff.masked_fill_(~lower, float("-inf")).exp_()
+
+
+def causal_gaps(b: Tensor) -> Tensor:
+    """G[..., i, j] = exp(b_i - b_j) for j <= i, else 0, from b [..., L] (cumulative
+    log-gates, so every exponent kept is <= 0): `causal_exp` with the gradient
+    db_i = sum_j (dG * G)[i, j] - sum_j (dG * G)[j, i] in one pass (`_CausalGaps`)."""
+    return _CausalGaps.apply(b)
+
+
+class _CausalGaps(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, b: Tensor) -> Tensor:
+        gaps = causal_exp(b.unsqueeze(-1) - b.unsqueeze(-2), dim=(-2, -1))
+        ctx.save_for_backward(gaps)
+        return gaps
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (gaps,) = ctx.saved_tensors
+        weighted = grad * gaps
+        return weighted.sum(-1) - weighted.sum(-2)

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from models.kernels.common import causal_exp, check_mode, check_qkv, check_shape, in_blocks
+from models.kernels.common import causal_gaps, check_mode, check_qkv, check_shape, in_blocks
 
 
 def delta_rule(
@@ -129,7 +129,7 @@ def delta_chunks(
         scores = scores.tril_()  # tril(Q K^T), in place (the product's backward needs no output)
     else:
         b = log_gate.reshape(B, H, n, L).cumsum(-1)
-        gaps = causal_exp(b.unsqueeze(-1) - b.unsqueeze(-2), dim=(-2, -1))  # [B, H, n, L, L]
+        gaps = causal_gaps(b)  # [B, H, n, L, L]: exp(b_i - b_j), j <= i
         gram, scores = gram * gaps, scores * gaps  # gaps is 0 above the diagonal
         alive = torch.exp(b).unsqueeze(-1)  # exp(b_i): what is left of S_start at step i
         keys, q_start = kc * alive, qc * alive

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from models.kernels.common import (
     causal_exp,
+    causal_gaps,
     check_log_gate,
     check_mode,
     check_qkv,
@@ -211,7 +212,7 @@ def _ends_backward(
 def _scalar_gated_sums(q: Tensor, k: Tensor, v: Tensor, b: Tensor) -> Tensor:
     """sum_{j<=i} exp(b_i - b_j) (q_i . k_j) v_j inside each chunk, for one gate per head:
     q, k [..., L, D], v [..., L, Dv], b [..., L]."""
-    weights = causal_exp(b.unsqueeze(-1) - b.unsqueeze(-2), dim=(-2, -1))  # [..., L, L]
+    weights = causal_gaps(b)  # [..., L, L]
     return ((q @ k.transpose(-1, -2)) * weights) @ v
 
 

@@ -268,15 +268,15 @@ class _GatedSums(torch.autograd.Function):
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, b: Tensor, ends: bool
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         o = torch.empty_like(v)
-        keep = any(x.requires_grad for x in (q, k, v, b))
+        for_backward = any(x.requires_grad for x in (q, k, v, b))
         kept, starts, stops = [], [], []
         for tile in _tiles(q):
-            kept += _sums_forward(*(x[tile] for x in (q, k, v, b, o)), keep)
+            kept += _sums_forward(*(x[tile] for x in (q, k, v, b, o)), for_backward)
             if ends:
                 q_start, k_end, *exps = _ends(q[tile], k[tile], b[tile])
                 starts.append(q_start)
                 stops.append(k_end)
-                kept += [q_start, k_end, *exps] if keep else []
+                kept += [q_start, k_end, *exps] if for_backward else []
         ctx.save_for_backward(q, k, v, b, *kept)
         ctx.ends = ends
         ctx.set_materialize_grads(False)
@@ -322,7 +322,7 @@ def _tiles(q: Tensor) -> list[slice]:
 
 
 def _sums_forward(
-    q: Tensor, k: Tensor, v: Tensor, b: Tensor, o: Tensor, keep: bool
+    q: Tensor, k: Tensor, v: Tensor, b: Tensor, o: Tensor, for_backward: bool
 ) -> list[Tensor]:
     """`_GatedSums`' forward on one tile, written into o; returns what the backward needs."""
     torch.mul((q * k).sum(-1, keepdim=True), v, out=o)  # the pairs i = j
@@ -335,7 +335,7 @@ def _sums_forward(
         q_f, k_f = e_q * q_late, e_k * k_early  # q_i exp(b_i - b_r), k_j exp(b_r - b_j)
         A = q_f @ k_f.transpose(-1, -2)  # [..., P/s, h, h]
         _halves(o, s)[1].add_(_mm(A, v_early))
-        if keep:
+        if for_backward:
             kept += [e_q, e_k, A]
         s //= 2
     return kept

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from harness.config import CONF_DIR
 from harness.tables import print_table, write_csv
 from models.kernels import softmax_attention
 from studies.bench import __doc__ as DESCRIPTION
@@ -70,10 +71,16 @@ def show_train(rows: list[dict], s: Settings) -> None:
 
 
 def show_step(rows: list[dict], s: Settings) -> None:
+    for block in s.step_blocks:
+        show_block_step([r for r in rows if r.get("block", "default") == block], s, block)
+
+
+def show_block_step(rows: list[dict], s: Settings, block: str) -> None:
     where = f"{s.step_tokens} tokens per step, {s.step_threads} thread(s), {s.clock} clock"
     compiled = ", torch.compile" if s.compile else ""
-    print(f"\ntraining step of the default model (forward + backward + AdamW), {where}{compiled}")
-    print("tokens/s relative to softmax measured in the same run:")
+    model = f"backbone={block} model"
+    print(f"\ntraining step of the {model} (forward + backward + AdamW), {where}{compiled}")
+    print("tokens/s relative to softmax (same block) measured in the same run:")
     print_table(pivot(rows, "vs_softmax", key="mixer"))
     print("what the math allows: softmax's FLOPs over the mixer's (the ratio at equal FLOP/s):")
     print_table(pivot(rows, "flop_bound_vs_softmax", key="mixer"))
@@ -96,6 +103,15 @@ SECTIONS = [
 SECTION_NAMES = [section.name for section in SECTIONS]
 
 
+def blocks(text: str) -> list[str]:
+    """`--step-blocks`: names of conf/backbone/<name>.yaml, comma-separated."""
+    known = sorted(p.stem for p in (CONF_DIR / "backbone").glob("*.yaml"))
+    names = [name for name in text.split(",") if name]
+    if not names or set(names) - set(known):
+        raise SystemExit(f"--step-blocks={text!r} is invalid: known are {', '.join(known)}")
+    return names
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m studies.bench", description=DESCRIPTION.split("\n")[0]
@@ -109,6 +125,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-call-s", type=float, default=20.0)
     p.add_argument("--step-seq-lens", default="64,256,1024,4096", help="T of the step section")
     p.add_argument("--step-threads", type=int, default=1, help="torch threads of the step section")
+    p.add_argument(
+        "--step-blocks",
+        default="default,zoology",
+        help="backbones of the step section (conf/backbone/<name>.yaml)",
+    )
     p.add_argument(
         "--step-override",
         action="append",
@@ -170,6 +191,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         step_threads=args.step_threads,
         clock=args.clock,
         step_overrides=args.step_override,
+        step_blocks=blocks(args.step_blocks),
         compile=args.compile,
     )
     return quick_settings(s) if args.quick else s

@@ -35,6 +35,7 @@ class Settings:
     step_reps: int = 7  # timed steps per mixer and T (after one warm-up step)
     step_budget_s: float = 60.0  # per T, stop repeating once exceeded
     step_threads: int = 1
+    step_blocks: list[str] = field(default_factory=lambda: ["default", "zoology"])  # conf/backbone
     step_overrides: list[str] = field(default_factory=list)  # Hydra overrides of the model
     compile: bool = False  # torch.compile every model of the training-step section
 

@@ -127,6 +127,11 @@ def kernel_targets(train: list[dict], peak: float | None) -> list[dict]:
 STEP_TARGETS = ((64, 0.6, False), (1024, 1.5, True), (4096, 3.0, True))
 
 
+def default_block(row: dict) -> bool:
+    """A step row of the default block (the targets and the figure's step panel are its)."""
+    return row.get("block", "default") == "default"
+
+
 def step_targets(step: list[dict]) -> list[dict]:
     """Training step against softmax: every mixer at T=64, the fixed-state ones at 1024, 4096."""
     fixed = fixed_state_mixers()
@@ -134,7 +139,11 @@ def step_targets(step: list[dict]) -> list[dict]:
     for T, need, fixed_only in STEP_TARGETS:
         names = fixed if fixed_only else MIXERS.names()
         who = "every fixed-state mixer" if fixed_only else "every mixer"
-        at_T = {r["mixer"]: r for r in step if r["T"] == T and r["mixer"] in names}
+        at_T = {
+            r["mixer"]: r
+            for r in step
+            if r["T"] == T and r["mixer"] in names and r.get("block", "default") == "default"
+        }
         ratios = {k: r["vs_softmax"] for k, r in at_T.items()}
         name = f"training step at T={T}: {who} >= {need}x softmax"
         if not ratios:
@@ -221,7 +230,7 @@ def plot(results: dict[str, list[dict]], path: Path) -> Path | None:
     if step:
         step_lens = {r["T"] for r in step}
         panels.append(
-            {"series": series(step, "vs_softmax", "mixer", lambda r: True), "hline": 1.0,
+            {"series": series(step, "vs_softmax", "mixer", default_block), "hline": 1.0,
              "marks": {"target": [(T, need) for T, need, _ in STEP_TARGETS if T in step_lens]},
              "title": "training step, tokens/s vs softmax", "ylabel": "ratio", **log}
         )  # fmt: skip

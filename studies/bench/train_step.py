@@ -56,6 +56,7 @@ class StepCell:
     peak_bytes: int | None = None
     flops: int = 0  # of the matrix products of one forward + backward (`step_flops`)
     first_step_s: float = 0.0  # wall time of the warm-up step (with torch.compile: compiling)
+    block: str = "default"  # the backbone (conf/backbone/<block>.yaml)
 
     def step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -72,10 +73,11 @@ class StepCell:
         self.times.append(clock() - t0)
 
 
-def make_cell(name: str, T: int, s: Settings) -> StepCell:
+def make_cell(name: str, T: int, s: Settings, block: str = "default") -> StepCell:
     """The default model with mixer `name` (or NO_MIXER) for length T, AdamW as configured, a
     batch of `s.step_tokens // T` random token sequences (every position labelled)."""
-    cfg = composed_config(REFERENCE if name == NO_MIXER else name, s.step_overrides)
+    model_name = REFERENCE if name == NO_MIXER else name
+    cfg = composed_config(model_name, [f"backbone={block}", *s.step_overrides])
     torch.manual_seed(cfg.seed)
     model = LanguageModel(
         vocab_size=cfg.task.vocab_size,
@@ -85,8 +87,8 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
         **cfg.backbone,
     )
     if name == NO_MIXER:
-        for block in model.blocks:
-            block.mixer = torch.nn.Identity()
+        for layer in model.blocks:
+            layer.mixer = torch.nn.Identity()
     batch = max(1, s.step_tokens // T)
     g = torch.Generator().manual_seed(T)
     tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
@@ -97,11 +99,12 @@ def make_cell(name: str, T: int, s: Settings) -> StepCell:
         model.compile()
     optimizer = adamw(model, cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.decay)
     tokens = tokens.to(s.device)
-    return StepCell(name, model, optimizer, tokens[:, :-1], tokens[:, 1:], flops=flops)
+    return StepCell(name, model, optimizer, tokens[:, :-1], tokens[:, 1:], flops=flops, block=block)
 
 
 def step_rows(s: Settings) -> list[dict]:
-    """Rows (mixer, T): tokens/s of a step, ratio to softmax, ms per step, the step's counted
+    """Rows (block, mixer, T): tokens/s of a step, ratio to softmax in the same block
+    (`backbone=<block>`: the default block and Zoology's), ms per step, the step's counted
     FLOPs (`step_flops`), the FLOP/s it reached, softmax's count over its own (the ratio at
     softmax's FLOP/s: what the math allows), peak memory."""
     with torch_threads(s.step_threads):
@@ -112,37 +115,42 @@ def rows_at(T: int, s: Settings) -> list[dict]:
     """Every mixer at T. Eager models step in turn (interleaved); compiled ones one after the
     other, each alone with a fresh dynamo cache (instances of one model class share compiled
     code, and steps of several compiled models interleaved were measured 20x slow)."""
-    names = [*MIXERS.names(), NO_MIXER]
+    names = [(block, name) for block in s.step_blocks for name in [*MIXERS.names(), NO_MIXER]]
     if s.compile:
         cells = []
-        for name in names:
+        for block, name in names:
             torch._dynamo.reset()
-            cells.append(warmed_up(make_cell(name, T, s), s))
+            cells.append(warmed_up(make_cell(name, T, s, block), s))
             repeat_steps([cells[-1]], s)
     else:
-        cells = [warmed_up(make_cell(name, T, s), s) for name in names]
+        cells = [warmed_up(make_cell(name, T, s, block), s) for block, name in names]
         repeat_steps(cells, s)
     print(f"  step T={T}: done", file=sys.stderr, flush=True)
-    seconds = {cell.name: statistics.median(cell.times) for cell in cells}
-    reference_flops = next(cell.flops for cell in cells if cell.name == REFERENCE)
+    seconds = {(c.block, c.name): statistics.median(c.times) for c in cells}
+    reference = {c.block: c for c in cells if c.name == REFERENCE}
     batch = cells[0].tokens.shape[0]
     return [
         {
+            "block": cell.block,
             "mixer": cell.name,
             "T": T,
             "batch": batch,
-            "tokens_per_s": round(batch * T / seconds[cell.name]),
-            "vs_softmax": round(seconds[REFERENCE] / seconds[cell.name], 2),
-            "ms_per_step": round(1e3 * seconds[cell.name], 1),
+            "tokens_per_s": round(batch * T / seconds[key(cell)]),
+            "vs_softmax": round(seconds[key(reference[cell.block])] / seconds[key(cell)], 2),
+            "ms_per_step": round(1e3 * seconds[key(cell)], 1),
             "gflop_per_step": round(cell.flops / 1e9, 2),
-            "gflop_per_s": round(cell.flops / 1e9 / seconds[cell.name], 1),
-            "flop_bound_vs_softmax": round(reference_flops / cell.flops, 2),
+            "gflop_per_s": round(cell.flops / 1e9 / seconds[key(cell)], 1),
+            "flop_bound_vs_softmax": round(reference[cell.block].flops / cell.flops, 2),
             "steps": len(cell.times),
             "peak_mem_mb": None if cell.peak_bytes is None else round(cell.peak_bytes / 2**20, 1),
             "first_step_s": round(cell.first_step_s, 2),
         }
         for cell in cells
     ]
+
+
+def key(cell: StepCell) -> tuple[str, str]:
+    return cell.block, cell.name
 
 
 def warmed_up(cell: StepCell, s: Settings) -> StepCell:

@@ -67,13 +67,17 @@ def test_quick_bench_measures_every_kernel_mode_and_mixer(tmp_path: Path) -> Non
     }
     step = read(tmp_path / "bench_step.csv")
     for T, batch in ((32, 8), (64, 4)):  # --quick: 256 tokens per step at T = 32, 64
-        at_T = {r["mixer"]: r for r in step if int(r["T"]) == T}
+        assert {r["block"] for r in step if int(r["T"]) == T} == {"default", "zoology"}
+        at_T = {r["mixer"]: r for r in step if int(r["T"]) == T and r["block"] == "zoology"}
+        assert set(at_T) == {*MIXERS.names(), "(no mixer)"}
+        at_T = {r["mixer"]: r for r in step if int(r["T"]) == T and r["block"] == "default"}
         assert set(at_T) == {*MIXERS.names(), "(no mixer)"}
         assert float(at_T["softmax"]["vs_softmax"]) == 1.0
         assert all(int(r["batch"]) == batch and float(r["tokens_per_s"]) > 0 for r in at_T.values())
         assert float(at_T["softmax"]["flop_bound_vs_softmax"]) == 1.0
         assert all(float(r["gflop_per_step"]) > 0 for r in at_T.values())
-    assert "training step of the default model" in result.stdout
+    assert "training step of the backbone=default model" in result.stdout
+    assert "training step of the backbone=zoology model" in result.stdout
     targets = {r["target"] for r in read(tmp_path / "bench_targets.csv")}
     assert any("Lightning" in t for t in targets)
     assert any("training step at T=64" in t for t in targets)
@@ -124,6 +128,15 @@ def test_step_section_builds_the_configured_model() -> None:
     before = [p.detach().clone() for p in cell.model.parameters()]
     cell.step()
     assert any(not torch.equal(a, b) for a, b in zip(before, cell.model.parameters(), strict=True))
+
+
+def test_step_section_measures_zoologys_block_beside_the_default() -> None:
+    s = Settings(torch.device("cpu"), [64], step_tokens=256)
+    zoology = make_cell("linear", 64, s, block="zoology")
+    assert zoology.block == "zoology" and zoology.model.positions is None
+    assert all(layer.mlp is None and layer.conv is not None for layer in zoology.model.blocks)
+    assert make_cell("linear", 64, s).model.blocks[0].mlp is not None
+    assert s.step_blocks == ["default", "zoology"]
 
 
 def test_step_targets_name_the_mixers_below() -> None:

@@ -99,7 +99,8 @@ def budget(rows: list[dict], load: str) -> str:
 
 
 def equal_curves(a: dict[int, float], b: dict[int, float]) -> bool:
-    return a.keys() == b.keys() and all(abs(a[n] - b[n]) < 1e-9 for n in a)
+    """Equal at the precision a reader sees (half a point at every load)."""
+    return a.keys() == b.keys() and all(abs(a[n] - b[n]) < 0.005 for n in a)
 
 
 def draw_curve(

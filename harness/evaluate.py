@@ -8,7 +8,9 @@ sets and the model; the kept weights replace the model's. Only the test side may
 `task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `data.cache_dir`,
 `threads` and `trainer.precision`; the test runs as one process on this machine's best
 accelerator, whatever devices the run trained on. Without overrides the run's own test set
-is rebuilt and its test metrics are reproduced exactly.
+is rebuilt and its test metrics are reproduced exactly. A load curve on kept weights:
+`task.test={num_kv_pairs:[1,128],load_dist:log2}` (README, "Load curves"): the record then
+carries the per-load metrics and `capacity`.
 
 Writes its own record, `<run dir>/eval/<config_hash>/results.json` (or `--out`): the schema
 of a run's record with `train: null` and `evaluated: {run_dir, overrides, trained_seq_len}`.
@@ -29,7 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require
 from harness.build import Parts, build
+from harness.capacity import DEFAULT_THRESHOLD, readout_of
 from harness.checkpoint import WEIGHTS, kept_weights
+from harness.console import capacity_text
 from harness.failures import BadInput, as_bad_input, refused
 from harness.results import config_hash, new_record, write_record
 from harness.status import OK, RECORD
@@ -173,6 +177,8 @@ def evaluate(
     quiet_trainer(cfg, out).test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
+    threshold = OmegaConf.select(cfg, "capacity.threshold", default=DEFAULT_THRESHOLD)
+    record["capacity"] = readout_of(record["metrics"], threshold)
     record["status"] = OK
     write_record(out, record)
     return record
@@ -191,7 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as error:
         return refused(error)
     acc = record["metrics"].get("test/acc")
-    print(f"test/acc={acc} at seq_len={record['seq_len']} -> {record['run_dir']}/{RECORD}")
+    curve = capacity_text(record["capacity"])
+    print(
+        f"test/acc={acc} at seq_len={record['seq_len']}", curve, f"-> {record['run_dir']}/{RECORD}"
+    )
     return 0
 
 

@@ -67,6 +67,22 @@ def test_evaluating_at_another_length_matches_the_runs_length_slice(kept_run) ->
     assert record["config_hash"] != trained["config_hash"]
 
 
+def test_a_load_curve_on_kept_weights(kept_run) -> None:
+    """A run trained at 4 pairs in 24 tokens, re-tested at 1, 2, 4 and 8 pairs in 48,
+    with the baselines at each load and the curve's readout."""
+    run_dir, trained = kept_run
+    record = evaluate(run_dir, ["task.test={num_kv_pairs:[1,8],load_dist:log2,seq_len:48}"])
+    for n in (1, 2, 4, 8):
+        assert 0 <= record["metrics"][f"test/acc_by/num_kv_pairs/{n}"] <= 1
+        baseline = record["metrics"][f"test/baseline_by/num_kv_pairs/{n}/in_context"]
+        assert baseline == pytest.approx(1 / n, rel=0.1)
+    assert record["capacity"]["load"] == "num_kv_pairs" and record["capacity"]["judged_at"] == 2
+    assert trained["capacity"] is None  # trained and tested at one load
+    refused = ["task.test={num_kv_pairs:[1,8]}"]  # 8 pairs do not fit the 24 trained tokens
+    with pytest.raises(BadInput, match=r"task\.test\."):
+        evaluate(run_dir, refused)
+
+
 def test_a_run_trained_on_other_devices_is_re_tested_here(kept_run, tmp_path: Path) -> None:
     """Weights trained with DDP on GPUs are re-tested as one process on this machine."""
     run_dir, trained = kept_run

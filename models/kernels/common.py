@@ -81,15 +81,29 @@ def check_log_gate(name: str, log_gate: Tensor) -> None:
         )
 
 
+def normal_floor(x: Tensor) -> float:
+    """log of the smallest normal number of x's dtype (-87.3 in float32): exp of anything below
+    is a subnormal, which costs the CPU up to ten times a normal number in every product it
+    enters, while adding less than 1e-38 to any sum (docs/background.md, section 14)."""
+    return math.log(torch.finfo(x.dtype).tiny)
+
+
+def gate_exp(x: Tensor) -> Tensor:
+    """exp(x) for exponents x <= 0 of products of gates, with those below `normal_floor`
+    flushed to exactly 0 (no gradient there either) instead of a subnormal."""
+    return torch.exp(x.masked_fill(x < normal_floor(x), float("-inf")))
+
+
 def causal_exp(diff: Tensor, dim: tuple[int, int]) -> Tensor:
     """exp(diff), in place (diff is a fresh tensor of differences), where the index along
     dim[0] is at least the one along dim[1] (the causal lower triangle, where
-    diff = b_t - b_s <= 0), 0 elsewhere (exp(-inf): no overflow, and no gradient)."""
+    diff = b_t - b_s <= 0), 0 elsewhere (exp(-inf): no overflow, and no gradient), and 0 where
+    the exponent is below `normal_floor` (no subnormals)."""
     T = diff.shape[dim[0]]
     shape = [1] * diff.dim()
     shape[dim[0]] = shape[dim[1]] = T
     lower = torch.ones(T, T, dtype=torch.bool, device=diff.device).tril().view(shape)
-    return diff.masked_fill_(~lower, float("-inf")).exp_()
+    return diff.masked_fill_(~lower | (diff < normal_floor(diff)), float("-inf")).exp_()
 
 
 def causal_gaps(b: Tensor) -> Tensor:

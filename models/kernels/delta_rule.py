@@ -7,7 +7,14 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from models.kernels.common import causal_gaps, check_mode, check_qkv, check_shape, in_blocks
+from models.kernels.common import (
+    causal_gaps,
+    check_mode,
+    check_qkv,
+    check_shape,
+    gate_exp,
+    in_blocks,
+)
 
 
 def delta_rule(
@@ -131,9 +138,9 @@ def delta_chunks(
         b = log_gate.reshape(B, H, n, L).cumsum(-1)
         gaps = causal_gaps(b)  # [B, H, n, L, L]: exp(b_i - b_j), j <= i
         gram, scores = gram * gaps, scores * gaps  # gaps is 0 above the diagonal
-        alive = torch.exp(b).unsqueeze(-1)  # exp(b_i): what is left of S_start at step i
+        alive = gate_exp(b).unsqueeze(-1)  # exp(b_i): what is left of S_start at step i
         keys, q_start = kc * alive, qc * alive
-        kt_end = (kc * torch.exp(b[..., L - 1 :] - b).unsqueeze(-1)).transpose(-1, -2)
+        kt_end = (kc * gate_exp(b[..., L - 1 :] - b).unsqueeze(-1)).transpose(-1, -2)
         eye = alive[..., L - 1 :, :] * eye  # [B, H, n, D, D]
     # unit lower-triangular system: the solver takes the diagonal as 1 and reads only below it
     # (its gradient too), so the weighted K K^T needs no mask

@@ -18,6 +18,7 @@ from models.kernels.common import (
     check_mode,
     check_qkv,
     check_shape,
+    gate_exp,
     in_blocks,
 )
 
@@ -117,10 +118,10 @@ def _gated_parallel(
         scores = torch.einsum("bhtd,bhsd,bhtsd->bhts", q, k, weights)
     o = scores @ v
     end = b[:, :, T - 1 :]  # [B, H, 1, D or 1]
-    final = (k * torch.exp(end - b)).transpose(-1, -2) @ v
+    final = (k * gate_exp(end - b)).transpose(-1, -2) @ v
     if S is not None:
-        o = o + (q * torch.exp(b)) @ S
-        final = final + torch.exp(end).transpose(-1, -2) * S
+        o = o + (q * gate_exp(b)) @ S
+        final = final + gate_exp(end).transpose(-1, -2) * S
     return o, final
 
 
@@ -159,7 +160,7 @@ def _gated_chunks(
     update = k_end.transpose(-1, -2) @ vc  # [B, H, n, D, Dv]
     if S is None and n == 1:
         return o.reshape(B, H, T, Dv), update[:, :, 0]
-    carry = torch.exp(b[:, :, :, L - 1 :]).transpose(-1, -2)  # [B, H, n, D or 1, 1]
+    carry = gate_exp(b[:, :, :, L - 1 :]).transpose(-1, -2)  # [B, H, n, D or 1, 1]
     if S is None:
         S = q.new_zeros(B, H, D, Dv)
     starts = []
@@ -191,8 +192,8 @@ class _ChunkEnds(torch.autograd.Function):
 
 def _ends(q: Tensor, k: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """`_ChunkEnds`' forward: (q exp(b), k exp(b_end - b), exp(b), exp(b_end - b))."""
-    e_q = torch.exp(b)
-    e_k = (b[..., -1:, :] - b).exp_()
+    e_q = gate_exp(b)
+    e_k = gate_exp(b[..., -1:, :] - b)
     return q * e_q, k * e_k, e_q, e_k
 
 

@@ -273,3 +273,18 @@ def test_bad_gated_input_is_rejected():
     ):
         with pytest.raises(ValueError, match="mode='fast' is invalid: must be one of chunk"):
             call()
+
+
+def test_products_of_gates_below_the_smallest_normal_are_flushed_to_zero() -> None:
+    """exp of an exponent below log(tiny) is 0, never a subnormal (slow on CPUs); above it,
+    exp itself."""
+    from models.kernels.common import causal_exp, gate_exp, normal_floor
+
+    x = torch.tensor([0.0, -10.0, -87.0, -87.5, -100.0, -200.0])
+    tiny = torch.finfo(torch.float32).tiny
+    y = gate_exp(x)
+    assert not ((y != 0) & (y.abs() < tiny)).any()
+    assert torch.equal(y[:3], torch.exp(x[:3])) and torch.equal(y[3:], torch.zeros(3))
+    assert normal_floor(x) == pytest.approx(-87.336, abs=1e-3)
+    gaps = causal_exp(torch.tensor([[0.0, 5.0], [-90.0, 0.0]]), dim=(0, 1))
+    assert torch.equal(gaps, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))

@@ -1,5 +1,6 @@
 """What a run prints, in one place: the known warnings and banners silenced once, progress bars
-only on a terminal, one closing line per job, and what to do after Ctrl-C.
+only on a terminal (one line per validation off it: `harness.progress`), one closing line per
+job, and what to do after Ctrl-C.
 
 A sweep's header and closing summary are printed by `harness.callbacks` (a Hydra callback)."""
 
@@ -9,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from harness.capacity import TRAINING_LIMITED, shown
-from harness.convergence import left_floor
+from harness.convergence import FLOOR_MARGIN, left_floor
 from harness.status import OK, status_of
 
 KNOWN_WARNINGS = (
@@ -53,10 +54,20 @@ def quiet() -> None:
             logger.addFilter(DropBanners())
 
 
+def on_terminal() -> bool:
+    """Both output streams are a terminal (not `nohup`, SLURM, `| tee` or a captured pipe)."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 def show_progress_bar(requested: bool) -> bool:
     """A progress bar only when asked for and the console is a terminal: in a log file (or a
     W&B console log) every refresh would be a new line."""
-    return bool(requested) and sys.stderr.isatty()
+    return bool(requested) and on_terminal()
+
+
+def show_progress_lines(requested: bool) -> bool:
+    """Off a terminal, progress asked for is one line per validation (`harness.progress`)."""
+    return bool(requested) and not on_terminal()
 
 
 def human_bytes(count: float | None) -> str:
@@ -103,15 +114,32 @@ def strongest_baseline(metrics: dict) -> tuple[str, float] | None:
 
 
 def why_not_converged(record: dict) -> str:
-    """Why a run is not converged: still at the binding-free floor (it may not have jumped
-    yet, or cannot learn: `harness.convergence.plateaued`), or still improving when the
-    budget ran out."""
+    """Why a run is not converged, judged on its best validation accuracy (`train.val_curve`)
+    against chance (`test/baseline/chance`, one over the answer alphabet) and the binding-free
+    floor (`train.floor`: `harness.convergence.left_floor`, docs/background.md):
+
+    - at chance: it has not learned which tokens answer (within the floor's margin of chance);
+    - between chance and the floor: it is learning which tokens answer, not yet which one;
+    - at the floor: it answers as a binding-free strategy does (it may not have jumped yet, or
+      cannot learn);
+    - above the floor: still improving when the budget ran out."""
     train = record.get("train") or {}
     curve, floor = train.get("val_curve") or [], train.get("floor")
+    chance = (record.get("metrics") or {}).get("test/baseline/chance")
     min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", 0.01)
-    if floor is not None and curve and not left_floor(curve, floor, min_delta):
-        return f"still at the binding-free floor {floor:.3f} when the budget ran out"
-    return "budget ran out while improving"
+    if floor is None or not curve or left_floor(curve, floor, min_delta):
+        return "budget ran out while improving"
+    if chance is not None and chance < floor:
+        best = max(acc for _, acc in curve)
+        margin = max(min_delta, FLOOR_MARGIN * (floor - chance))
+        if best <= chance + margin:
+            return f"at chance {chance:.3f}: not learned which tokens answer, let alone which one"
+        if best < floor - margin:
+            return (
+                f"at {best:.3f}, between chance {chance:.3f} and the binding-free floor "
+                f"{floor:.3f}: learning which tokens answer, not yet which one"
+            )
+    return f"still at the binding-free floor {floor:.3f} when the budget ran out"
 
 
 def capacity_text(capacity: dict | None) -> str:

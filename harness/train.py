@@ -21,6 +21,7 @@ from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.convergence import ConvergenceStop, standard_error
 from harness.failures import is_interruption, outcome
 from harness.hydra_job import experiment_name, job_number, output_dir, parallel_jobs, sweep_dir
+from harness.progress import ProgressLines
 from harness.results import (
     append_summary,
     config_hash,
@@ -182,6 +183,7 @@ def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float)
                 num_examples=cfg.data.num_val,
             ),
             SaveLast(job.checkpoint),  # after ConvergenceStop: the saved curve is up to date
+            ProgressLines(cfg.trainer.enable_progress_bar),  # off a terminal
         ],
     )
 

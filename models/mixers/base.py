@@ -81,3 +81,15 @@ class MultiHeadMixer(Mixer):
         """[B, H, T, head_dim] -> out-projected [B, T, d_model]."""
         b, h, t, d = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, h * d))
+
+
+class MatrixStateMixer(MultiHeadMixer):
+    """A multi-head mixer whose whole state is one head_dim x head_dim matrix per head (RetNet,
+    DeltaNet, GLA and the gated delta rule): H d^2 floats whatever the length."""
+
+    def state_size(self, seq_len: int) -> int:
+        return self.n_heads * self.head_dim * self.head_dim
+
+    def init_state(self, batch_size: int) -> State:
+        shape = (batch_size, self.n_heads, self.head_dim, self.head_dim)
+        return (torch.zeros(shape, **self._state_kwargs()),)

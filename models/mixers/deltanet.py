@@ -6,12 +6,12 @@ from torch import nn
 
 from models import register
 from models.kernels import check_mode, delta_rule
-from models.mixers.base import MultiHeadMixer, State
+from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off
 
 
 @register("deltanet")
-class DeltaNet(MultiHeadMixer):
+class DeltaNet(MatrixStateMixer):
     """Per head, with L2-normalised q_t, k_t and a write strength beta_t = sigmoid(w_beta^T x_t):
 
         S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T,   o_t = S_t^T q_t
@@ -44,13 +44,6 @@ class DeltaNet(MultiHeadMixer):
         with autocast_off(x):
             o = delta_rule(*projections, mode=self.mode, chunk_size=self.chunk_size)
         return self.merge_heads(o.to(x.dtype))
-
-    def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_dim * self.head_dim
-
-    def init_state(self, batch_size: int) -> State:
-        kw = self._state_kwargs()
-        return (torch.zeros(batch_size, self.n_heads, self.head_dim, self.head_dim, **kw),)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         projections = self.projections(x[:, None])

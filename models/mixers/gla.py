@@ -8,7 +8,7 @@ from torch import nn
 from common.checks import is_real, require, require_int
 from models import register
 from models.kernels import check_mode, gated_linear_attention
-from models.mixers.base import MultiHeadMixer, State
+from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off
 
 
@@ -34,7 +34,7 @@ class GatedHeadNorm(nn.Module):
 
 
 @register("gla")
-class GatedLinearAttention(MultiHeadMixer):
+class GatedLinearAttention(MatrixStateMixer):
     """Per head, with a gate a_t in (0, 1]^d_k on every key dimension:
 
         S_t = diag(a_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T q_t
@@ -103,13 +103,6 @@ class GatedLinearAttention(MultiHeadMixer):
         with autocast_off(x):
             o = gated_linear_attention(*projections, mode=self.mode, chunk_size=self.chunk_size)
         return self.output(x, o)
-
-    def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_dim * self.head_dim
-
-    def init_state(self, batch_size: int) -> State:
-        kw = self._state_kwargs()
-        return (torch.zeros(batch_size, self.n_heads, self.head_dim, self.head_dim, **kw),)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         projections = self.projections(x[:, None])

@@ -9,7 +9,7 @@ from torch import nn
 
 from models import register
 from models.kernels import check_mode, linear_attention
-from models.mixers.base import MultiHeadMixer, State
+from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off, wide_dtype
 
 
@@ -19,7 +19,7 @@ def retnet_gammas(n_heads: int) -> torch.Tensor:
 
 
 @register("retnet")
-class RetNet(MultiHeadMixer):
+class RetNet(MatrixStateMixer):
     """Gated multi-scale retention:
 
         S_t = gamma_h S_{t-1} + k_t v_t^T,   o_t = q_t^T S_t          (eq. 10, per head h)
@@ -80,13 +80,6 @@ class RetNet(MultiHeadMixer):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.output(x, self.retention(x))
-
-    def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_dim * self.head_dim
-
-    def init_state(self, batch_size: int) -> State:
-        kw = self._state_kwargs()
-        return (torch.zeros(batch_size, self.n_heads, self.head_dim, self.head_dim, **kw),)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         (S,) = state

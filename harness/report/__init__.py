@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from common.checks import is_real
+from harness.report.budget import budget
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -26,6 +27,7 @@ from harness.report.points import (
     Point,
     aggregate,
     clean_rows,
+    covaries,
     fixed_settings,
     missing,
     parameter_columns,
@@ -99,28 +101,47 @@ def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], l
     return renamed, [key for key in point_keys if key not in named]
 
 
-def draw(points: list[Point], point_keys: list[str], rows: list[dict]) -> dict[str, Figure]:
+def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None) -> list[str]:
+    """The x axes that are not the same plot: of two parameters each a function of the other
+    (retrieval_gap's seq_len = 8 x pairs) one is kept, the one swept (`chosen`), else the one
+    that is not the length."""
+    kept: list[str] = []
+    for key in sorted(axes, key=lambda k: (k not in (chosen or ()), k == "task.seq_len")):
+        if not any(covaries(points, key, o) and covaries(points, o, key) for o in kept):
+            kept.append(key)
+    return [key for key in axes if key in kept]
+
+
+def draw(
+    points: list[Point], point_keys: list[str], rows: list[dict], chosen: list[str] | None = None
+) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
-    varied, or a task that is not there, is left out); `rows`, the jobs behind them, give a
-    load curve's seeds."""
+    varied, or a task that is not there, is left out; of two axes that are the same plot,
+    one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
+    `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
+    unknown)."""
     points, point_keys = variants(points, point_keys)
+    subtitle = budget(rows)
+    axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
     figures = {
-        "acc_vs_seq_len": accuracy_figure(
-            points, "task.seq_len", point_keys, "Accuracy against sequence length"
-        ),
         **{
             f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
-                points, key, point_keys, f"Accuracy against {short(key)}"
+                points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
             )
-            for key in task_axes(points, point_keys)
+            for key in axes
         },
         "acc_vs_state": accuracy_figure(
-            points, "state_bytes", point_keys, "Accuracy against recurrent state size"
-        ),
+            points,
+            "state_bytes",
+            point_keys,
+            "Accuracy against recurrent state size",
+            subtitle,
+            chosen,
+        ),  # fmt: skip
         "acc_vs_load": load_figure(points, point_keys, rows),
-        "acc_vs_test_length": length_figure(points, point_keys),
-        "needle_heatmap": needle_heatmap(points, point_keys),
-        "copy_vs_length": copy_figure(points, point_keys),
+        "acc_vs_test_length": length_figure(points, point_keys, subtitle),
+        "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
+        "copy_vs_length": copy_figure(points, point_keys, subtitle),
     }
     return {name: figure for name, figure in figures.items() if figure is not None}
 
@@ -151,7 +172,7 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
         lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
         notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
     figures = []
-    for name, figure in draw(points, point_keys, rows).items():
+    for name, figure in draw(points, point_keys, rows, description.get("swept")).items():
         save(figure, out / f"{name}.png")
         figures.append(out / f"{name}.png")
     table = point_rows(points, point_keys, lr_grid)

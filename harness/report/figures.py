@@ -1,17 +1,22 @@
-"""The report's figures. Each answers one question with one line per model (fixed colours),
-one panel per value of every other varied parameter, reference lines for chance and the
-binding-free baselines, and failed or diverged points marked with x and the reason."""
+"""The report's figures. Each answers one question with one line per model (fixed colours;
+softmax, the reference, a wide band under the others so that it shows where they lie on it),
+one panel per value of every other parameter the reader swept, reference lines for chance and
+the binding-free baselines (coinciding ones drawn once), each seed a point where there are
+three or fewer, and failed or diverged points marked with x and the reason."""
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
+from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.report.baselines import coinciding
 from harness.report.points import Point, as_key, covaries, missing, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     BASELINE_STYLES,
+    REFERENCE,
     accuracy_axis,
     colour,
     describe,
@@ -22,6 +27,14 @@ from harness.report.style import (
     short,
 )
 from harness.status import OK
+
+SEED_POINTS = 3
+"""Up to this many seeds, each seed is drawn as a point; beyond, error bars (one std)."""
+LINE = dict(linewidth=1.6, markersize=6, zorder=3)
+REFERENCE_LINE = dict(linewidth=6, markersize=12, zorder=2, alpha=0.4)
+"""Softmax under the others, wider and lighter: a coloured line lying on it stays visible,
+and so does the band around it."""
+HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
 
 
 def panels(points: list[Point], keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -44,29 +57,42 @@ def in_panel(point: Point, task: str, values: dict[str, Any]) -> bool:
     )
 
 
-def split(points: list[Point], x: str, point_keys: list[str]) -> tuple[list[str], list[str]]:
-    """(panel keys, keys swept together with x): every varied parameter other than x makes
-    panels unless it is a function of x for every model (then it only annotates points)."""
+def split(
+    points: list[Point], x: str, point_keys: list[str], chosen: list[str] | None = None
+) -> tuple[list[str], list[str], list[str]]:
+    """(panel keys, keys swept together with x, other keys): a varied parameter other than x
+    that is a function of x for every model only annotates points; of the rest, those the
+    reader swept (`chosen`, the sweep's `swept`; all of them when unknown) make panels, and
+    the others (a budget raised in a separate command) set points apart on their line."""
     others = [k for k in point_keys if k != x]
     together = [k for k in others if covaries(points, k, x)]
-    return [k for k in others if k not in together], together
+    rest = [k for k in others if k not in together]
+    if chosen is None:
+        return rest, together, []
+    return [k for k in rest if k in chosen], together, [k for k in rest if k not in chosen]
 
 
 def accuracy_figure(
-    points: list[Point], x: str, point_keys: list[str], title: str
+    points: list[Point],
+    x: str,
+    point_keys: list[str],
+    title: str,
+    subtitle: str = "",
+    chosen: list[str] | None = None,
 ) -> Figure | None:
     """Test accuracy against `x` (a parameter or `state_bytes`), log2 axis."""
     drawable = [p for p in points if not missing(p.get(x))]
     if len({as_key(p.get(x)) for p in drawable}) < 2:
         return None  # x was not varied: nothing to draw against
-    panel_keys, together = split(drawable, x, point_keys)
+    panel_keys, together, apart = split(drawable, x, point_keys, chosen)
     layout = panels(drawable, panel_keys)
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in drawable if in_panel(p, task, values)]
         ticks = tick_notes(mine, x, together)
-        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, [] if ticks else together)
-        draw_baselines(ax, mine, x)
+        annotate = [] if ticks else together
+        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, annotate, apart)
+        draw_baselines(ax, mine, x, coinciding(baseline_curves(points, x)))
         log2_axis(ax, [p.get(x) for p in drawable], "bytes" if x == "state_bytes" else "length")
         if ticks:
             ax.xaxis.set_major_formatter(
@@ -77,7 +103,7 @@ def accuracy_figure(
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
     placed = [p for p in drawable if any(in_panel(p, *panel) for panel in layout)]
     unplaced = [p for p in points if p not in placed]
-    finish(fig, axes, points, title, unplaced)
+    finish(fig, axes, points, title, unplaced, subtitle=subtitle, x=x)
     return fig
 
 
@@ -96,44 +122,82 @@ def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, st
     return {key: texts.pop() for key, texts in notes.items()}
 
 
-def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ()) -> None:
-    """One line per model through its ok points (hollow: not converged; error bars: seeds),
-    and an x at the bottom for each failed or diverged point, with the reason."""
-    by_model: dict[str, list[Point]] = defaultdict(list)
+def series(points: list[Point], apart: list[str]) -> list[tuple[str, str, list[Point]]]:
+    """(model, note, points) of each line: a model's points, split by the `apart` keys; the
+    most common value is the model's line (no note), others are notes (`max_steps=8000`)."""
+    by_model: dict[str, dict[str, list[Point]]] = defaultdict(lambda: defaultdict(list))
     for p in points:
-        by_model[p.model].append(p)
-    for model, mine in sorted(by_model.items(), key=lambda item: model_order(item[0])):
+        note = ", ".join(f"{short(k)}={p.get(k)}" for k in apart if not missing(p.get(k)))
+        by_model[p.model][note].append(p)
+    out = []
+    for model in sorted(by_model, key=model_order):
+        groups = by_model[model]
+        common = Counter({note: len(mine) for note, mine in groups.items()}).most_common(1)[0][0]
+        for note, mine in sorted(groups.items(), key=lambda item: item[0] != common):
+            out.append((model, "" if note == common else note, mine))
+    return out
+
+
+class Labels:
+    """Point labels of one panel: a text already written at (nearly) the same place is not
+    written again; a different text there is moved down a line."""
+
+    def __init__(self, ax) -> None:
+        self.ax, self.placed = ax, []
+
+    def add(self, text: str, x: float, y: float, **style) -> None:
+        near = [t for t, px, py in self.placed if px == x and abs(py - y) < 0.06]
+        if text in near:
+            return
+        self.placed.append((text, x, y))
+        offset = (4, 4 - 8 * len(near))
+        self.ax.annotate(
+            text, (x, y), textcoords="offset points", xytext=offset, fontsize=6, **style
+        )
+
+
+def draw_models(
+    ax, points: list[Point], get_x, get_y, annotate: list[str] = (), apart: list[str] = ()
+) -> None:
+    """One line per model through its ok points (hollow: not converged; three seeds or fewer:
+    each seed a small point; more: error bars of one std), and an x at the bottom for each
+    failed or diverged point, with the reason. Softmax is a wide band under the others."""
+    labels = Labels(ax)
+    for model, note, mine in series(points, list(apart)):
         mine.sort(key=lambda p: sort_key(get_x(p)))
         ok = [p for p in mine if p.status == OK and get_y(p) is not None]
-        style = dict(color=colour(model), marker=marker(model), markersize=6, linewidth=1.6)
+        look = REFERENCE_LINE if model == REFERENCE else LINE
+        style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
+        name = f"{model} {note}" if note else model
         if ok:
             xs, ys = [get_x(p) for p in ok], [get_y(p) for p in ok]
-            errors = [p.test_acc_std or 0.0 for p in ok]
-            drawn = ax.errorbar(xs, ys, yerr=errors if any(errors) else None, capsize=3, **style)
-            drawn.lines[0].set_gid(f"model:{model}")
+            errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
+            drawn = ax.errorbar(
+                xs, ys, yerr=errors if any(errors) else None, capsize=3, **style, **look
+            )
+            drawn.lines[0].set_gid(f"model:{name}")
+            if model != REFERENCE:
+                drawn.lines[0].set_path_effects(HALO)
+            on_top = drawn.lines[0].get_zorder()
+            draw_seeds(ax, ok, get_x, model, on_top)
             hollow = [p for p in ok if p.converged is False]
             ax.plot(
                 [get_x(p) for p in hollow],
                 [get_y(p) for p in hollow],
                 linestyle="none",
                 marker=marker(model),
-                markersize=6,
+                markersize=look["markersize"],
                 markerfacecolor="white",
                 markeredgecolor=colour(model),
-                zorder=drawn.lines[0].get_zorder() + 0.1,  # above the filled marker it hides
-                gid=f"not converged:{model}",
+                zorder=on_top + 0.1,  # above the filled marker it hides
+                gid=f"not converged:{name}",
             )
         for p in ok:
-            text = ", ".join(f"{short(k)}={p.get(k)}" for k in annotate[:2])
+            text = ", ".join(
+                filter(None, [note, *(f"{short(k)}={p.get(k)}" for k in annotate[:2])])
+            )
             if text:
-                ax.annotate(
-                    text,
-                    (get_x(p), get_y(p)),
-                    textcoords="offset points",
-                    xytext=(4, 4),
-                    fontsize=6,
-                    color="dimgrey",
-                )
+                labels.add(text, get_x(p), get_y(p), color="dimgrey")
         for p in mine:
             if p.status != OK:
                 ax.plot(
@@ -143,23 +207,46 @@ def draw_models(ax, points: list[Point], get_x, get_y, annotate: list[str] = ())
                     color=colour(model),
                     markersize=9,
                     mew=2,
-                    gid=f"not ok:{model}",
+                    gid=f"not ok:{name}",
                 )
-                ax.annotate(
-                    p.note,
-                    (get_x(p), -0.03),
-                    textcoords="offset points",
-                    xytext=(0, 7),
-                    fontsize=6,
-                    color=colour(model),
-                    ha="center",
-                )
+                labels.add(p.note, get_x(p), -0.03, color=colour(model))
 
 
-def draw_baselines(ax, points: list[Point], x: str | None) -> None:
-    """Chance and the other baselines: flat where the panel's points agree, else along x."""
+def draw_seeds(ax, points: list[Point], get_x, model: str, zorder: float) -> None:
+    """Each seed's accuracy as a small point, for points of two or three seeds."""
+    shown = [p for p in points if 1 < p.seeds <= SEED_POINTS]
+    xs = [get_x(p) for p in shown for _ in p.seed_accs]
+    ys = [acc for p in shown for acc in p.seed_accs]
+    if xs:
+        ax.plot(
+            xs,
+            ys,
+            linestyle="none",
+            marker=marker(model),
+            markersize=3.5,
+            color=colour(model),
+            alpha=0.7,
+            zorder=zorder + 0.2,
+            gid=f"seeds:{model}",
+        )
+
+
+def baseline_curves(points: list[Point], x: str | None) -> dict[str, dict]:
+    """Each baseline's value at every (task, x) of the figure: what `coinciding` compares."""
+    curves: dict[str, dict] = defaultdict(dict)
+    for p in points:
+        for name, value in p.baselines.items():
+            curves[name][as_key([p.task, p.get(x) if x else 0, p.params])] = value
+    return curves
+
+
+def draw_baselines(
+    ax, points: list[Point], x: str | None, drawn: dict[str, str] | None = None
+) -> None:
+    """Chance and the other baselines: flat where the panel's points agree, else along x;
+    only those in `drawn` (`coinciding`: the others lie on one of them)."""
     names = sorted({name for p in points for name in p.baselines})
-    for name in names:
+    for name in [n for n in names if drawn is None or n in drawn]:
         pairs = sorted(
             {(p.get(x) if x else 0, p.baselines[name]) for p in points if name in p.baselines},
             key=lambda xy: sort_key(xy[0]),
@@ -178,15 +265,54 @@ def draw_baselines(ax, points: list[Point], x: str | None) -> None:
             )
 
 
-def legend_handles(points: list[Point]) -> list[Line2D]:
-    """Models (in the figure), baselines, and what x and hollow markers mean."""
+def legend_handles(points: list[Point], x: str | None = None) -> list[Line2D]:
+    """Models (in the figure), baselines (coinciding ones in one entry), what the seeds'
+    points or the bars are, and what x and hollow markers mean."""
     handles = [
-        Line2D([], [], color=colour(m), marker=marker(m), label=m)
+        Line2D(
+            [],
+            [],
+            color=colour(m),
+            marker=marker(m),
+            label=m,
+            **{
+                k: v
+                for k, v in (REFERENCE_LINE if m == REFERENCE else LINE).items()
+                if k != "zorder"
+            },
+        )
         for m in sorted({p.model for p in points}, key=model_order)
     ]
-    for name in sorted({n for p in points for n in p.baselines}):
+    for name, label in coinciding(baseline_curves(points, x)).items():
         style = BASELINE_STYLES.get(name, "-")
-        handles.append(Line2D([], [], color="grey", linestyle=style, label=f"baseline: {name}"))
+        handles.append(Line2D([], [], color="grey", linestyle=style, label=f"baseline: {label}"))
+    ok = [p for p in points if p.status == OK]
+    if any(1 < p.seeds <= SEED_POINTS for p in ok):
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="o",
+                markersize=3.5,
+                alpha=0.7,
+                linestyle="none",
+                label="small points: seeds; line: their mean",
+            )  # fmt: skip
+        )
+    if any(p.seeds > SEED_POINTS for p in ok):
+        counts = "/".join(str(n) for n in sorted({p.seeds for p in ok if p.seeds > SEED_POINTS}))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="|",
+                markersize=10,
+                linestyle="none",
+                label=f"bars: ±1 std over {counts} seeds",
+            )  # fmt: skip
+        )
     if any(p.status != OK for p in points):
         handles.append(
             Line2D(
@@ -209,21 +335,29 @@ def legend_handles(points: list[Point]) -> list[Line2D]:
 
 
 def finish(
-    fig, axes, points: list[Point], title: str, unplaced: list[Point], train_length: bool = False
+    fig,
+    axes,
+    points: list[Point],
+    title: str,
+    unplaced: list[Point],
+    train_length: bool = False,
+    subtitle: str = "",
+    x: str | None = None,
 ) -> None:
-    """Title, one legend outside the panels, and the points that have no place on the x axis."""
-    fig.suptitle(title, fontsize=12)
-    handles = legend_handles(points)
+    """Title and budget, one legend outside the panels, and the points that have no place on
+    the x axis."""
+    fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
+    handles = legend_handles(points, x)
     if train_length:
         handles.append(Line2D([], [], color="grey", linestyle=":", label="training length"))
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
+    fig.legend(handles=handles, loc="outside right center", fontsize=8)
     if unplaced:
         lines = [f"{p.model} {describe(p.params)}: {p.note}" for p in unplaced[:6]]
         more = f" (+{len(unplaced) - 6} more)" if len(unplaced) > 6 else ""
         fig.text(0, -0.02, "not drawn: " + "; ".join(lines) + more, fontsize=7, va="top")
 
 
-def length_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
+def length_figure(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
     """Accuracy against test length from one run (`task.eval_seq_lens`), the training length
     marked; one panel per value of the other varied parameters."""
     tested = [p for p in points if len(p.by_length) > 1 or (p.status != OK and p.by_length)]
@@ -240,10 +374,12 @@ def length_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
         trained = {p.seq_len for p in mine} - {None}
         for length in trained:
             ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
-        draw_baselines(ax, mine, None)
+        draw_baselines(ax, mine, None, coinciding(baseline_curves(tested, None)))
         log2_axis(ax, [n for p in tested for n in p.by_length], "length")
         ax.set_xlabel(AXIS_TITLES["test_length"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    finish(fig, axes, tested, "Accuracy against test length", [], train_length=True)
+    finish(
+        fig, axes, tested, "Accuracy against test length", [], train_length=True, subtitle=subtitle
+    )
     return fig

@@ -10,6 +10,9 @@ from matplotlib.lines import Line2D
 
 from harness.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load, shown
 from harness.capacity import load_of as load_param
+from harness.report.baselines import coinciding
+from harness.report.budget import budget as training_budget
+from harness.report.budget import joined, values_of
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
     AXIS_TITLES,
@@ -86,21 +89,11 @@ LINE_STYLES = ("-", "--", "-.", ":")
 def budget(rows: list[dict], load: str) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
     what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
-
-    def values(key: str) -> str:
-        found = sorted({str(r[key]) for r in rows if r.get(key) is not None})
-        return "/".join(found) if found else "?"
-
+    loads = joined(values_of(rows, f"task.{load}")) if rows else "?"
     return (
-        f"trained on {load}={values(f'task.{load}')}, {values('trainer.max_steps')} steps, "
-        f"lr {values('optim.lr')}, d_model {values('backbone.d_model')}; line: seed mean, "
+        f"trained on {load}={loads}, {training_budget(rows)}; line: seed mean, "
         "points: seeds (hollow: training_limited); light line: 0.9"
     )
-
-
-def equal_curves(a: dict[int, float], b: dict[int, float]) -> bool:
-    """Equal at the precision a reader sees (half a point at every load)."""
-    return a.keys() == b.keys() and all(abs(a[n] - b[n]) < 0.005 for n in a)
 
 
 def draw_curve(
@@ -145,16 +138,9 @@ def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
     curves = {
         name: {n: sum(v) / len(v) for n, v in by_load.items()} for name, by_load in means.items()
     }
-    drawn: dict[str, str] = {}
-    for name in sorted(
-        curves, key=lambda n: list(BASELINE_STYLES).index(n) if n in BASELINE_STYLES else 9
-    ):
+    drawn = coinciding(curves)
+    for name in drawn:
         curve = curves[name]
-        same = next((other for other in drawn if equal_curves(curves[other], curve)), None)
-        if same is not None:
-            drawn[same] += f" = {name}"
-            continue
-        drawn[name] = name
         loads = sorted(curve)
         style = dict(color="grey", linewidth=1, linestyle=BASELINE_STYLES.get(name, "-"))
         ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)

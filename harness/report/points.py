@@ -57,6 +57,8 @@ class Point:
     status: str = FAILED
     test_acc: float | None = None
     test_acc_std: float | None = None
+    seed_accs: list[float] = field(default_factory=list)
+    """Each ok seed's test accuracy (drawn as points where there are three or fewer)."""
     seeds: int = 0
     not_ok: int = 0
     lr: float | None = None
@@ -186,6 +188,7 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
     point.seeds, point.not_ok = len(ok), len(group) - len(ok)
     point.status = OK if ok else (DIVERGED if any_diverged(group) else FAILED)
     point.test_acc, point.test_acc_std = mean_std([r.get("test/acc") for r in ok])
+    point.seed_accs = [r["test/acc"] for r in ok if not missing(r.get("test/acc"))]
     states = [r["state.bytes_per_layer"] for r in group if "state.bytes_per_layer" in r]
     point.state_bytes = states[0] if states else None
     flags = [r["train.converged"] for r in ok if "train.converged" in r]

@@ -6,7 +6,15 @@ from dataclasses import replace
 import numpy as np
 from matplotlib.figure import Figure
 
-from harness.report.figures import draw_baselines, draw_models, finish, in_panel, panels
+from harness.report.baselines import coinciding
+from harness.report.figures import (
+    baseline_curves,
+    draw_baselines,
+    draw_models,
+    finish,
+    in_panel,
+    panels,
+)
 from harness.report.points import Point, sort_key
 from harness.report.style import (
     AXIS_TITLES,
@@ -23,7 +31,7 @@ def slice_values(point: Point, name: str) -> dict[int, float]:
     return {int(k[len(prefix) :]): v for k, v in point.metrics.items() if k.startswith(prefix)}
 
 
-def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
+def needle_heatmap(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
     """Depth x length accuracy, one panel per model (and per value of any other varied
     parameter); a model with no ok job shows why instead of cells; a length whose run had
     not converged says so under its column (a dark column may be budget, not capacity)."""
@@ -36,7 +44,12 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
         for _, values in panels(needle, others)
         for model in sorted({p.model for p in needle}, key=model_order)
     ]
-    fig, axes = grid(len(layout), width=3.8, height=3.4)
+    columns = len({p.seq_len for p in needle})
+    rows = len({d for p in needle for d in slice_values(p, "depth_bin")})
+    # cells large enough for 8 pt numbers at the page's size: ~0.75 x 0.3 inch each
+    fig, axes = grid(
+        len(layout), width=max(3.8, 0.75 * columns + 1.6), height=max(3.4, 0.3 * rows + 1.6)
+    )
     image = None
     for ax, (model, values) in zip(axes, layout, strict=True):
         mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
@@ -74,16 +87,36 @@ def needle_heatmap(points: list[Point], point_keys: list[str]) -> Figure | None:
         for (row, column), value in np.ndenumerate(cells):
             text = "n/a" if np.isnan(value) else f"{value:.2f}".lstrip("0")
             shade = "black" if not np.isnan(value) and value > 0.6 else "white"
-            ax.text(column, row, text, ha="center", va="center", fontsize=6, color=shade)
+            ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
         ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
         ax.set_ylabel(AXIS_TITLES["depth_bin"])
     if image is not None:
-        fig.colorbar(image, ax=axes, label="accuracy", shrink=0.8)
-    fig.suptitle("Needle retrieval: accuracy by depth and length", fontsize=12)
+        bar = fig.colorbar(image, ax=axes, label="accuracy", shrink=0.8)
+        mark_floors(bar, needle)
+    title = "Needle retrieval: accuracy by depth and length"
+    fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
     return fig
 
 
-def copy_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
+CELL_FONT = 8
+"""Points: the heatmap's numbers stay readable where the page shows the figure at its size."""
+
+
+def floors(points: list[Point]) -> list[float]:
+    """The binding-free floors of the points: each one's strongest baseline (two decimals)."""
+    return sorted({round(max(p.baselines.values()), 2) for p in points if p.baselines})
+
+
+def mark_floors(bar, points: list[Point]) -> None:
+    """A line across the colour scale at each binding-free floor, labelled `floor`: cells at
+    or below it retrieve nothing a binding-free strategy could not."""
+    for value in floors(points):
+        bar.ax.axhline(value, color="red", linewidth=2, gid=f"floor:{value:g}")
+        bar.ax.text(-0.1, value, f"floor {value:.2f}", color="red", fontsize=8, ha="right",
+                    va="center", transform=bar.ax.get_yaxis_transform())  # fmt: skip
+
+
+def copy_figure(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
     """Copy accuracy against the example's string length, one line per model; a failed or
     diverged job has no string lengths and is listed under the figure."""
     copy = [p for p in points if p.task == "copy"]
@@ -100,10 +133,10 @@ def copy_figure(points: list[Point], point_keys: list[str]) -> Figure | None:
             for n, acc in slice_values(p, "copy_len").items()
         ]
         draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc)
-        draw_baselines(ax, mine, None)
+        draw_baselines(ax, mine, None, coinciding(baseline_curves(copy, None)))
         ax.set_xlabel(AXIS_TITLES["copy_len"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
     unplaced = [p for p in copy if p.status != OK]
-    finish(fig, axes, copy, "Copying: accuracy against string length", unplaced)
+    finish(fig, axes, copy, "Copying: accuracy against string length", unplaced, subtitle=subtitle)
     return fig

@@ -224,14 +224,16 @@ def test_retrieval_gap_pairs_swept_with_length_do_not_split_lines(tmp_path: Path
         for s in (0, 1, 2)
     ]
     figures = figures_of(write_sweep(tmp_path / "sweep", records))
-    ax = figures["acc_vs_seq_len"].get_axes()[0]
+    # pairs and length are functions of each other: one figure, against the pairs
+    assert "acc_vs_num_kv_pairs" in figures and "acc_vs_seq_len" not in figures
+    ax = figures["acc_vs_num_kv_pairs"].get_axes()[0]
     drawn = lines(ax, "model")
     assert sorted(drawn) == ["linear", "softmax"]
     assert list(drawn["softmax"].get_ydata()) == pytest.approx([0.8, 0.8])  # mean of 3 seeds
-    # every model has 4 pairs at T=32: written once under the tick, not beside each point
+    # every model has T=32 at 4 pairs: written once under the tick, not beside each point
     ax.figure.canvas.draw()
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["32\nkv pairs=4", "64\nkv pairs=8"]
-    assert not any("kv pairs" in t.get_text() for t in ax.texts)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["4\nseq_len=32", "8\nseq_len=64"]
+    assert not any("seq_len" in t.get_text() for t in ax.texts)
 
 
 def test_a_swept_task_parameter_gets_its_own_accuracy_figure(tmp_path: Path) -> None:

@@ -92,7 +92,7 @@ def needle_heatmap(points: list[Point], point_keys: list[str], subtitle: str = "
         ax.set_ylabel(AXIS_TITLES["depth_bin"])
     if image is not None:
         bar = fig.colorbar(image, ax=axes, label="accuracy", shrink=0.8)
-        mark_floors(bar, needle)
+        mark_floors(bar, [p for p in needle if p.status == OK and slice_values(p, "depth_bin")])
     title = "Needle retrieval: accuracy by depth and length"
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
     return fig

@@ -176,3 +176,54 @@ def eval_lengths(folder: Path) -> Path:
             )
         )
     return write_sweep(folder, records)
+
+
+GAP_ACCURACY = {
+    "softmax": (0.993, 0.992, 0.994),
+    "linear": (0.995, 0.983, 0.949),
+    "deltanet": (0.994, 0.24, 0.057),
+    "based": (0.985, 0.993, 0.994),
+}
+GAP_SWEPT = ["model", "task.num_kv_pairs", "optim.lr"]
+
+
+def retrieval_gap(folder: Path, seeds: int = 1, swept: list[str] | None = GAP_SWEPT) -> Path:
+    """`experiment=retrieval_gap`: four mixers at 4, 8, 16 pairs (seq_len = 8 x pairs, batch
+    = 4,096 / seq_len), two learning rates, `seeds` seeds, 1,500 steps; `in_context` equals
+    `elimination` (Zoology's layout); `sweep.json` names the `swept` keys (none: no file)."""
+    records = []
+    for model, accs in GAP_ACCURACY.items():
+        for kv, acc in zip((4, 8, 16), accs, strict=True):
+            for lr in (0.003, 0.01):
+                for seed in range(seeds):
+                    r = record(
+                        model,
+                        seq_len=8 * kv,
+                        lr=lr,
+                        seed=seed,
+                        acc=(acc if lr == 0.003 else 0.9 * acc) - 0.02 * seed,
+                        task_params={"num_kv_pairs": kv, "vocab_size": 256},
+                        baselines={"chance": 1 / 128, "in_context": 1 / kv, "elimination": 1 / kv},
+                        converged=acc > 0.95,
+                    )
+                    r["config"]["data"]["batch_size"] = 4096 // (8 * kv)
+                    r["config"]["trainer"].update(
+                        max_steps=1500,
+                        use_distributed_sampler=True,
+                        num_sanity_val_steps=0,
+                        log_every_n_steps=50,
+                    )
+                    r["config_hash"] += f"-{lr}"
+                    records.append(r)
+    write_sweep(folder, records)
+    if swept is not None:
+        description = {
+            "command": "python run.py -m experiment=retrieval_gap logger=none",
+            "jobs": len(records),
+            "swept": swept,
+            "experiment": "retrieval_gap",
+            "logger": {"name": "none"},
+            "started": "2026-12-01T09:00:00",
+        }
+        (folder / "sweep.json").write_text(json.dumps(description))
+    return folder

@@ -1,0 +1,157 @@
+"""What the report's figures let a reader see: the reference where others lie on it, one
+legend entry for equal baselines, one figure per question and panels only by swept
+parameters, seeds as points, labels written once, the heatmap's size and floor, the budget."""
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from harness.report import draw
+from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
+from harness.report.points import varied as varied_columns
+from harness.report.slices import CELL_FONT
+from harness.sweep import load_sweep, sweep_description
+from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
+
+
+def figures_of(sweep: Path) -> dict:
+    """The report's figures of `sweep` (panels by its `sweep.json`'s swept keys when present)."""
+    rows = clean_rows(load_sweep(sweep))
+    swept = varied_columns(rows, parameter_columns(rows))
+    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
+    chosen = sweep_description(sweep).get("swept")
+    figures = draw(aggregate(rows, point_keys), point_keys, rows, chosen)
+    for figure in figures.values():
+        figure.canvas.draw()
+    return figures
+
+
+def by_gid(ax, kind: str) -> dict:
+    return {
+        line.get_gid().split(":", 1)[1]: line
+        for line in ax.get_lines()
+        if (line.get_gid() or "").startswith(f"{kind}:")
+    }
+
+
+def legend_texts(figure) -> list[str]:
+    return [t.get_text() for t in figure.legends[0].get_texts()]
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_softmax_is_a_band_under_the_others_which_keep_a_halo(tmp_path: Path) -> None:
+    ax = figures_of(retrieval_gap(tmp_path / "sweep"))["acc_vs_num_kv_pairs"].axes[0]
+    models = by_gid(ax, "model")
+    softmax = models.pop("softmax")
+    assert sorted(models) == ["based", "deltanet", "linear"]
+    for line in models.values():
+        assert softmax.get_linewidth() > 2 * line.get_linewidth()
+        assert softmax.get_markersize() > line.get_markersize()
+        assert softmax.get_zorder() < line.get_zorder()  # under: both stay visible
+        assert line.get_path_effects()  # a white halo sets it off from the band
+    assert softmax.get_alpha() < 1
+
+
+def test_equal_baselines_share_one_line_and_one_legend_entry(tmp_path: Path) -> None:
+    figure = figures_of(retrieval_gap(tmp_path / "sweep"))["acc_vs_num_kv_pairs"]
+    texts = legend_texts(figure)
+    assert "baseline: in_context = elimination" in texts
+    assert not any(t == "baseline: elimination" for t in texts)
+    assert sorted(by_gid(figure.axes[0], "baseline")) == ["chance", "in_context"]
+
+
+def test_two_co_varying_axes_make_one_figure_the_swept_one(tmp_path: Path) -> None:
+    figures = figures_of(retrieval_gap(tmp_path / "gap"))
+    assert "acc_vs_num_kv_pairs" in figures and "acc_vs_seq_len" not in figures
+    ax = figures["acc_vs_num_kv_pairs"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "4\nseq_len=32\nbatch_size=128"
+    # a sweep that named the length instead draws the length
+    sweep = retrieval_gap(tmp_path / "by_length", swept=["model", "task.seq_len", "optim.lr"])
+    assert {"acc_vs_seq_len", "acc_vs_state"} == set(figures_of(sweep))
+
+
+def extended(folder: Path) -> Path:
+    """retrieval_gap's `extended/`: 32 and 64 pairs at 3,000 steps, then softmax at 64 pairs
+    again with `trainer.max_steps=8000` in a command of its own."""
+    records = []
+    for model, accs in (("softmax", (0.99, 0.01)), ("linear", (0.87, 0.01))):
+        for kv, acc in zip((32, 64), accs, strict=True):
+            records.append(record(model, seq_len=8 * kv, acc=acc, task_params={"num_kv_pairs": kv}))
+    records.append(record("softmax", seq_len=512, acc=0.4, task_params={"num_kv_pairs": 64}))
+    records[-1]["config_hash"] += "-8000"
+    for r in records:
+        r["config"]["trainer"]["max_steps"] = 3000
+    records[-1]["config"]["trainer"]["max_steps"] = 8000
+    write_sweep(folder, records)
+    (folder / "sweep.json").write_text(json.dumps({"swept": ["model", "task.num_kv_pairs"]}))
+    return folder
+
+
+def test_a_budget_raised_in_another_command_makes_no_panel(tmp_path: Path) -> None:
+    figure = figures_of(extended(tmp_path / "sweep"))["acc_vs_num_kv_pairs"]
+    panels = [ax for ax in figure.axes if ax.get_visible() and ax.get_title()]
+    assert len(panels) == 1 and "max_steps" not in panels[0].get_title()
+    models = by_gid(panels[0], "model")
+    assert sorted(models) == ["linear", "softmax", "softmax max_steps=8000"]
+    assert list(models["softmax"].get_xdata()) == [32, 64]
+    assert list(models["softmax max_steps=8000"].get_xdata()) == [64]
+    assert models["softmax max_steps=8000"].get_linestyle() == "--"
+    assert "max_steps=8000" in [t.get_text() for t in panels[0].texts]
+    assert "3000/8000 steps" in figure._suptitle.get_text()
+
+
+def test_up_to_three_seeds_are_points_beyond_bars_said_in_the_legend(tmp_path: Path) -> None:
+    figure = figures_of(retrieval_gap(tmp_path / "two", seeds=2))["acc_vs_num_kv_pairs"]
+    ax = figure.axes[0]
+    seeds = by_gid(ax, "seeds")["linear"]
+    assert len(seeds.get_ydata()) == 3 * 2  # every pair count, each seed
+    assert sorted(seeds.get_ydata())[:2] == pytest.approx([0.929, 0.949])
+    assert not ax.collections  # no error bars
+    assert "small points: seeds; line: their mean" in legend_texts(figure)
+    figure = figures_of(retrieval_gap(tmp_path / "four", seeds=4))["acc_vs_num_kv_pairs"]
+    assert "bars: ±1 std over 4 seeds" in legend_texts(figure)
+    assert figure.axes[0].collections  # the bars
+    assert not by_gid(figure.axes[0], "seeds")
+
+
+def test_a_label_at_one_place_is_written_once(tmp_path: Path) -> None:
+    """Two variants at the same state and accuracy with the same feature_dim: one label."""
+    records = []
+    for feature_map in ("elu", "taylor"):
+        for D in (21, 73):
+            r = record("linear", acc=0.5 + D / 200, seq_len=64)
+            r["model_params"] = {"n_heads": 2, "feature_map": feature_map, "feature_dim": D}
+            r["state"]["bytes_per_layer"] = 4 * 2 * (D * 32 + D)
+            r["config_hash"] += f"-{feature_map}-{D}"
+            records.append(r)
+    ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("feature_dim=73") == 1 and texts.count("feature_dim=21") == 1
+
+
+def test_needle_heatmap_numbers_are_readable_and_the_floor_is_on_its_scale(tmp_path) -> None:
+    figure = figures_of(needle_grid(tmp_path / "sweep"))["needle_heatmap"]
+    cells = [t for ax in figure.axes if ax.get_title() for t in ax.texts]
+    assert cells and min(t.get_fontsize() for t in cells) >= CELL_FONT >= 8
+    (bar,) = [ax for ax in figure.axes if ax.get_ylabel() == "accuracy"]
+    floors = by_gid(bar, "floor")
+    assert list(floors) == ["0.5"]  # the needle's in_context baseline; rff drew no cells
+    assert "floor 0.50" in [t.get_text() for t in bar.texts]
+
+
+def test_every_figure_states_its_budget(tmp_path: Path) -> None:
+    figures = figures_of(retrieval_gap(tmp_path / "gap")) | figures_of(
+        needle_grid(tmp_path / "needle")
+    )
+    for name, figure in figures.items():
+        subtitle = figure._suptitle.get_text().split("\n")[1]
+        assert "steps" in subtitle and "d_model 64" in subtitle and "lr " in subtitle, name
+    gap = figures_of(retrieval_gap(tmp_path / "gap2"))["acc_vs_state"]
+    assert "1500 steps, lr best of [0.003, 0.01], d_model 64" in gap._suptitle.get_text()

@@ -1,15 +1,14 @@
 """From a resolved config to the parts of a run (task, model, data, Lightning module), or a
 `BadInput` that names the full key, the value and what is allowed, before any training."""
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
-import lightning as L
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require_int
+from harness.command_line import check_added_keys  # the check of `+keys`, re-exported
 from harness.data import TaskDataModule, mixture_from_config
 from harness.devices import check_devices
 from harness.failures import BadInput, as_bad_input
@@ -48,35 +47,6 @@ def check_run(cfg: DictConfig) -> None:
         for length in cfg.task.get("eval_seq_lens") or []:
             require_int("task.eval_seq_lens", length, 1)
         check_devices(cfg)
-
-
-def check_added_keys(overrides: list[str], known: set[str], groups: set[str]) -> None:
-    """Refuse `+key=value` (and `++key=value`) for a key the harness does not read: Hydra would
-    add it to the config, change the config hash, and nothing would use it.
-
-    `known`: every key of the config composed without these overrides; `groups`: the config
-    groups (`model`, `hydra/launcher`, ...), which `+group=option` may add. Keys under `hydra.`
-    are Hydra's; `trainer.<name>` may add any argument of Lightning's `Trainer`."""
-    trainer_args = set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
-    for override in overrides:
-        if not override.startswith("+"):
-            continue
-        key = override.lstrip("+").split("=", 1)[0].split("@", 1)[0]
-        group, _, name = key.partition(".")
-        if key in known or key in groups or group == "hydra":
-            continue
-        if group == "trainer" and name in trainer_args:
-            continue
-        raise BadInput(f"{override} is refused: {key} is not a setting {did_you_mean(key, known)}")
-
-
-def did_you_mean(key: str, known: set[str]) -> str:
-    """`(did you mean optim.lr?)` when a known key ends with the same name, else the rule."""
-    name = key.rsplit(".", 1)[-1]
-    close = sorted(k for k in known if k.rsplit(".", 1)[-1] == name)
-    if close:
-        return f"(did you mean {' or '.join(close)}?)"
-    return "(`python run.py --cfg job` lists every key; + only adds keys the harness reads)"
 
 
 def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> BadInput:

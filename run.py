@@ -16,6 +16,7 @@ from omegaconf import DictConfig  # noqa: E402
 from harness.command_line import check_command_line  # noqa: E402
 from harness.config import CONF_DIR  # noqa: E402  (also registers the presets' resolvers)
 from harness.failures import hydra_task, sweep_exit_code  # noqa: E402
+from harness.help import register_help  # noqa: E402
 from harness.train import run  # noqa: E402
 
 
@@ -27,5 +28,6 @@ def main(cfg: DictConfig) -> dict:
 
 if __name__ == "__main__":
     check_command_line(sys.argv[1:])
+    register_help()
     main()
     sys.exit(sweep_exit_code())

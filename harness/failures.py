@@ -1,26 +1,31 @@
 """The failure policy, in one place: what an exception makes of a run's record (its status and
 error) and of the process (its exit code).
 
-    exception                       record                    single run      sweep job
-    BadInput (a user's mistake)     failed, its one line      that line, 2    recorded, goes on
-    Diverged, DenominatorCollapse   diverged, with the step   exit 0          recorded, goes on
-    KeyboardInterrupt, SystemExit   failed, "interrupted"     raised          raised
-    any other error                 failed, "Type: message"   traceback, 1    traceback.txt
+    exception                       record                       single run     sweep job
+    BadInput (a user's mistake)     failed, its one line         that line, 2   recorded, goes on
+    Diverged, DenominatorCollapse   diverged, with the step      exit 0         recorded, goes on
+    Ctrl-C, SIGTERM, SystemExit     interrupted, "interrupted    raised         raised
+                                    (SIGTERM)" (or what it was)
+    any other error                 failed, "Type: message"      traceback, 1   traceback.txt
 
 The step of a divergence is the record's `train.diverged_at_step`; a sweep job that failed on
-an error leaves its traceback in `traceback.txt` and the sweep goes on.
+an error leaves its traceback in `traceback.txt` and the sweep goes on. SIGTERM (`kill`, a
+scheduler's stop) ends a run as Ctrl-C does, with its record written (`interruptible`); an
+interrupted run keeps its checkpoint, and running the same command again resumes it.
 
-A sweep with a failed job exits 1 when it ends. `HYDRA_FULL_ERROR=1` raises every exception
-with its traceback (for debugging). `run.py` (through `hydra_task`), the sweep callback
-(`harness.callbacks`) and `python -m harness.evaluate` all follow it; `harness.train.run`
-writes the record with `outcome`.
+A sweep with a failed or interrupted job exits 1 when it ends. `HYDRA_FULL_ERROR=1` raises
+every exception with its traceback (for debugging). `run.py` (through `hydra_task`), the
+sweep callback (`harness.callbacks`) and `python -m harness.evaluate` all follow it;
+`harness.train.run` writes the record with `outcome`.
 """
 
 import contextlib
 import functools
 import os
 import shutil
+import signal
 import sys
+import threading
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,11 +35,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from harness.hydra_job import output_dir, sweep_dir
-from harness.status import DIVERGED, FAILED, TRACEBACK
+from harness.status import DIVERGED, FAILED, INTERRUPTED, TRACEBACK
 from models.mixers.base import DenominatorCollapse
 
 EXIT_FAILED_JOBS = 1
-"""A sweep that ends with a failed job (the other jobs ran)."""
+"""A sweep that ends with a failed or interrupted job (the other jobs ran)."""
 EXIT_BAD_INPUT = 2
 """Bad input, refused before anything ran (as argparse and Hydra's own usage errors)."""
 
@@ -77,13 +82,52 @@ def outcome(error: BaseException) -> Outcome:
     if isinstance(error, BadInput):
         return Outcome(FAILED, str(error))
     if is_interruption(error):
-        return Outcome(FAILED, f"interrupted ({type(error).__name__})")
+        return Outcome(INTERRUPTED, f"interrupted ({what_interrupted(error)})")
     return Outcome(FAILED, f"{type(error).__name__}: {error}")
 
 
 def is_interruption(error: BaseException) -> bool:
-    """Ctrl-C, or the `exit(1)` that Lightning turns it into."""
+    """Ctrl-C or SIGTERM (`Terminated`), or the `exit(1)` that Lightning turns them into."""
     return isinstance(error, KeyboardInterrupt | SystemExit)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C's KeyboardInterrupt is (`interruptible`); its message is the
+    signal's name."""
+
+
+def what_interrupted(error: BaseException) -> str:
+    """`SIGTERM`, `KeyboardInterrupt` (Ctrl-C) or `SystemExit`: what stopped the run. Inside
+    `Trainer.fit` Lightning turns a KeyboardInterrupt into `exit(1)`; the SystemExit's context
+    is the KeyboardInterrupt, which says what it was."""
+    if isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt):
+        error = error.__context__
+    return str(error) if isinstance(error, Terminated) and str(error) else type(error).__name__
+
+
+def raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside, SIGTERM raises `Terminated` where it would otherwise end the process at once
+    without a record (its default action); a handler someone else installed (a launcher's) is
+    left as it is. On the way out the SIGINT and SIGTERM handlers are restored (after a
+    Ctrl-C Lightning ignores SIGINT while it shuts down). Signals reach the main thread only:
+    elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    if previous[signal.SIGTERM] is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: installed outside Python, cannot be restored
+                signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -119,8 +163,9 @@ LAST_SWEEP: Counter = Counter()
 
 
 def sweep_exit_code() -> int:
-    """0, or `EXIT_FAILED_JOBS` when the sweep that just ended has a failed job."""
-    return EXIT_FAILED_JOBS if LAST_SWEEP[FAILED] else 0
+    """0, or `EXIT_FAILED_JOBS` when the sweep that just ended has a failed or interrupted
+    job."""
+    return EXIT_FAILED_JOBS if LAST_SWEEP[FAILED] or LAST_SWEEP[INTERRUPTED] else 0
 
 
 def forget(folder: Path) -> None:

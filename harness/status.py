@@ -4,7 +4,9 @@ writes beside its metrics, and the files a run and a sweep keep (README, "The re
     ok        the run trained and tested
     diverged  the training loss became NaN or infinite (or a denominator collapsed); the
               record's `train.diverged_at_step` says when
-    failed    anything else: bad input (refused before training), an error, an interruption
+    failed    anything else: bad input (refused before training), an error
+    interrupted  stopped by Ctrl-C or a signal (SIGINT, SIGTERM); the training state is in its
+              checkpoint, and running the same command again resumes it
 """
 
 from collections import Counter
@@ -13,10 +15,11 @@ OK = "ok"
 DIVERGED = "diverged"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
-"""Reserved for a run stopped by Ctrl-C or a signal; no run ends with it: an interrupted run is
-`failed`, its error `interrupted (KeyboardInterrupt)`."""
-STATUSES = (OK, DIVERGED, FAILED)
+"""A run stopped by Ctrl-C or a signal; its error says which (`interrupted (SIGTERM)`)."""
+STATUSES = (OK, DIVERGED, FAILED, INTERRUPTED)
 """The statuses a record ends with, in the order a sweep's summary counts them."""
+ALWAYS_COUNTED = (OK, DIVERGED, FAILED)
+"""The statuses a summary counts even at 0; `interrupted` is counted only when some run was."""
 
 DIVERGED_AT_STEP = "diverged_at_step"
 """Key of the record's `train` block: the optimiser step at which the run diverged (None when
@@ -36,5 +39,7 @@ def status_of(record: dict) -> str:
 
 
 def tally(statuses: Counter) -> str:
-    """`3 ok, 0 diverged, 1 failed`: how a sweep's jobs ended."""
-    return ", ".join(f"{statuses[s]} {s}" for s in STATUSES)
+    """`3 ok, 0 diverged, 1 failed` (and `, 1 interrupted` when one was): how a sweep's jobs
+    ended."""
+    shown = [s for s in STATUSES if s in ALWAYS_COUNTED or statuses[s]]
+    return ", ".join(f"{statuses[s]} {s}" for s in shown)

@@ -1,5 +1,5 @@
 """A sweep folder: its records as a table (`load_sweep`), its description (`sweep.json`,
-written when the sweep starts) and its progress counter.
+written when the sweep starts, with the sweep's id) and its progress counter.
 
     from harness.sweep import load_sweep
     df = load_sweep("multirun/2025-01-01/12-00-00")     # one row per job
@@ -7,7 +7,9 @@ written when the sweep starts) and its progress counter.
 """
 
 import fcntl
+import hashlib
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +35,39 @@ NOT_PARAMETERS = (
 
 
 def records_of(folder: str | Path) -> list[dict]:
-    """The latest record of every config under `folder`: `summary.jsonl` in order (a rerun's
-    record replaces a failed one), plus `results.json` files it lacks (single runs under
-    `outputs/<date>`, or jobs of a sweep killed before they appended)."""
+    """The latest record of every config under `folder`: the lines of `summary.jsonl` and the
+    `results.json` files (single runs under `outputs/<date>`, one folder per attempt, or jobs
+    of a sweep killed before they appended), one per config hash (a record without one stands
+    alone). The latest is the one finished last (`finished_at`); records written without it
+    rank below those with it, `summary.jsonl`'s in the order they were appended, above the
+    files', which rank by when they were written (a run resumed to `ok` replaces its
+    interrupted or failed attempts)."""
     folder = Path(folder)
-    records: dict[str, dict] = {}
-    for record in read_summary(folder):
-        records[record.get("config_hash") or f"line {len(records)}"] = record
+    candidates: list[tuple[tuple, str, dict]] = []
+    for line, record in enumerate(read_summary(folder)):
+        rank = (record.get("finished_at") or "", 1, line)
+        candidates.append((rank, record.get("config_hash") or f"line {line}", record))
     for path in sorted(folder.rglob(RECORD)):
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:
             record = json.loads(path.read_text())
+            written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             continue
-        records.setdefault(record.get("config_hash") or str(path), record)
-    return list(records.values())
+        rank = (record.get("finished_at") or "", 0, written)
+        candidates.append((rank, record.get("config_hash") or str(path), record))
+    latest: dict[str, tuple[tuple, dict]] = {}
+    for rank, key, record in candidates:
+        if key not in latest or rank >= latest[key][0]:
+            latest[key] = (rank, record)
+    return [record for _, record in latest.values()]
+
+
+def finished_now() -> str:
+    """The record's `finished_at`: now, in UTC, to the microsecond (ISO 8601, so that the
+    text sorts in time)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def flat_row(record: dict) -> dict[str, Any]:
@@ -91,16 +110,33 @@ def load_sweep(path: str | Path) -> pd.DataFrame:
 
 
 def describe_sweep(sweep: Path, description: dict) -> None:
-    """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project) and reset
-    the progress counter; called once when the sweep starts. A folder swept again (to resume, or
-    to add jobs under another `hydra.sweep.subdir`) keeps every command and all swept keys."""
+    """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project, the
+    sweep's id) and reset the progress counter; called once when the sweep starts. A folder
+    swept again (to resume, or to add jobs under another `hydra.sweep.subdir`) keeps its id,
+    every command and all swept keys."""
     sweep.mkdir(parents=True, exist_ok=True)
     earlier = sweep_description(sweep)
+    description["id"] = earlier.get("id") or new_sweep_id(sweep)
     commands = [*earlier.get("commands", []), description["command"]]
     description["commands"] = list(dict.fromkeys(commands))
     description["swept"] = list(dict.fromkeys([*earlier.get("swept", []), *description["swept"]]))
     write_atomic(sweep / DESCRIPTION, json.dumps(description, indent=2) + "\n")
     (sweep / PROGRESS).write_text("")
+
+
+def new_sweep_id(sweep: Path) -> str:
+    """`2025-01-31/12-00-00-1a2b3c4d`: the sweep's last two folders, readable, and a short hash
+    of its absolute path, so that `a/sweep` and `b/sweep` differ."""
+    path = Path(sweep).resolve()
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    return f"{'/'.join(path.parts[-2:])}-{digest}"
+
+
+def sweep_id(sweep: Path) -> str:
+    """The sweep's id (its W&B group), fixed in `sweep.json` when the sweep starts, so that
+    it stays the same when the folder is moved or copied; a sweep started another way gets
+    `new_sweep_id`."""
+    return sweep_description(sweep).get("id") or new_sweep_id(sweep)
 
 
 def sweep_description(sweep: Path | None) -> dict:

@@ -2,21 +2,27 @@
 
 A job's run is named by its swept values (`deltanet-d128-kv8-T256-s1`), grouped by its sweep
 (or preset), tagged with preset, task and model, charted against the training step, and holds
-the parameter count, the state, wall time and tokens/s in its config and summary. The report
-logs into one run per sweep (fixed id) in the same project."""
+the parameter count, the state, wall time and tokens/s in its config and summary. A resumed
+job continues its W&B run: the same id (kept in its checkpoint, `harness.checkpoint`), with
+W&B's own step (`_step`) equal to the training step, so that the history of every process
+that trained it lines up into one curve (offline, each process writes its own
+`offline-run-*-<id>` folder; `wandb sync` uploads them in order into that one run). The
+report logs into one run per sweep (fixed id) in the same project."""
 
 import hashlib
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from harness.names import in_run_name
-from harness.sweep import swept_values
+from harness.sweep import sweep_id, swept_values
 
 log = logging.getLogger(__name__)
 STEP = "trainer/global_step"
@@ -58,12 +64,12 @@ def run_name(record: dict, swept: list[str] | None, job_number: int | None = Non
 
 
 def sweep_group(sweep: Path | None, preset: str | None) -> str | None:
-    """The W&B group: the whole sweep id (`state_frontier/2025-01-31/12-00-00`), or the
-    preset's name for a single run (None without either)."""
+    """The W&B group: the sweep's id (`harness.sweep.sweep_id`) after its preset
+    (`state_frontier/2025-01-31/12-00-00-1a2b3c4d`), or the preset's name for a single run
+    (None without either)."""
     if sweep is None:
         return preset
-    sweep_id = "/".join(Path(sweep).resolve().parts[-2:])
-    return f"{preset}/{sweep_id}" if preset else sweep_id
+    return f"{preset}/{sweep_id(sweep)}" if preset else sweep_id(sweep)
 
 
 def init_run(logger_cfg: DictConfig | dict, **kwargs: Any):
@@ -86,21 +92,39 @@ def init_run(logger_cfg: DictConfig | dict, **kwargs: Any):
         return wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)
 
 
+class StepLogger(WandbLogger):
+    """Lightning's W&B logger with W&B's step (`_step`, the row of the history) set to the
+    training step. W&B counts its rows from 0 in every process; a resumed run would otherwise
+    write its steps from the checkpoint on into rows its earlier process had already used.
+    Rows are kept in order of step: Lightning logs at a step that never decreases."""
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if step is None:
+            super().log_metrics(metrics, step)
+            return
+        self.experiment.log({**metrics, STEP: step}, step=step)  # the logger has no prefix
+
+
 def start_wandb(
     logger_cfg: DictConfig,
     run_dir: Path,
+    run_id: str,
     name: str,
     group: str | None,
     tags: list[str],
     config: dict,
 ) -> WandbLogger | None:
-    """A WandbLogger writing into `run_dir/wandb`, or None when `logger=none`; every metric is
-    charted against the training step."""
+    """A logger writing into `run_dir/wandb` the W&B run `run_id` (continued when it exists:
+    a resumed run), or None when `logger=none`; every metric is charted against the training
+    step."""
     if logger_cfg.get("name", "none") == "none" or logger_cfg.get("mode") == "disabled":
         return None
     os.environ["WANDB_DIR"] = str(run_dir)
     run = init_run(
         logger_cfg,
+        id=run_id,
+        resume="allow",
         dir=str(run_dir),
         name=name,
         group=group,
@@ -111,13 +135,13 @@ def start_wandb(
     )
     run.define_metric(STEP)
     run.define_metric("*", step_metric=STEP, step_sync=True)
-    return WandbLogger(experiment=run)
+    return StepLogger(experiment=run)
 
 
 def run_facts(record: dict) -> dict:
     """What a run's record says beyond its metrics, for W&B config and summary columns."""
     train = record.get("train") or {}
-    keep = ("steps", "wall_s", "tokens_per_s", "converged", "resumed_from_step")
+    keep = ("steps", "wall_s", "tokens_per_s", "converged", "resumed_from_step", "segments")
     facts = {
         "status": record.get("status"),
         "num_params": record.get("num_params"),
@@ -141,14 +165,19 @@ def finish_wandb(logger: WandbLogger | None, record: dict) -> dict | None:
     facts = run_facts(record)
     run.config.update(facts, allow_val_change=True)
     run.summary.update({**record.get("metrics", {}), **facts})
-    info = {"mode": "offline" if run.offline else "online", "run_dir": str(Path(run.dir).parent)}
+    info = {
+        "mode": "offline" if run.offline else "online",
+        "id": run.id,
+        "run_dir": str(Path(run.dir).parent),
+    }
     wandb.finish()
     return info
 
 
 def report_run_id(sweep: Path) -> str:
-    """One fixed W&B id per sweep folder: reporting again updates the same run."""
-    return "report-" + hashlib.sha1(str(Path(sweep).resolve()).encode()).hexdigest()[:12]
+    """One fixed W&B id per sweep (from its id, `harness.sweep.sweep_id`): reporting again
+    updates the same run."""
+    return "report-" + hashlib.sha1(sweep_id(sweep).encode()).hexdigest()[:12]
 
 
 def log_report(

@@ -1,10 +1,10 @@
 """One training run, top-down: skip a finished job, build the parts (or refuse bad input),
-fit, test, and write `results.json` whatever happens (status ok, diverged or failed)."""
+fit (resuming from a checkpoint a killed or interrupted run left), test, and write
+`results.json` whatever happens (status ok, diverged, failed or interrupted)."""
 
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,10 +16,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.build import Parts, build, check_run, resolved_model_params
 from harness.capacity import baseline_metrics_by_load, readout_of
-from harness.checkpoint import SaveLast, checkpoint_path, discard, keep_weights, resumable
+from harness.checkpoint import (
+    Resumption,
+    SaveLast,
+    Segments,
+    checkpoint_path,
+    discard,
+    keep_weights,
+    resumable,
+)
 from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.convergence import ConvergenceStop, standard_error
-from harness.failures import is_interruption, outcome
+from harness.failures import interruptible, is_interruption, outcome
 from harness.hydra_job import experiment_name, job_number, output_dir, parallel_jobs, sweep_dir
 from harness.progress import ProgressLines
 from harness.results import (
@@ -31,7 +39,7 @@ from harness.results import (
     write_record,
 )
 from harness.status import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
-from harness.sweep import count_finished_job, sweep_description, swept_values
+from harness.sweep import count_finished_job, finished_now, sweep_description, swept_values
 from harness.tracking import finish_wandb, run_name, start_wandb, sweep_group
 
 log = logging.getLogger(__name__)
@@ -75,7 +83,8 @@ def finished_record(cfg: DictConfig, job: Job) -> dict | None:
 
 
 def run(cfg: DictConfig) -> dict:
-    """Train and test one config; always writes `results.json` (status ok/diverged/failed)."""
+    """Train and test one config; always writes `results.json` (status ok, diverged, failed or
+    interrupted: `harness.failures`), SIGTERM included (`interruptible`)."""
     quiet()
     job = Job.of(cfg)
     done = finished_record(cfg, job)
@@ -85,35 +94,37 @@ def run(cfg: DictConfig) -> dict:
         return done
     record = new_record(cfg, job.digest, job.run_dir)
     logger = None
-    try:
-        check_run(cfg)  # before the threads are set: `threads=two` is one line, not a traceback
-        if job_threads(cfg):
-            torch.set_num_threads(job_threads(cfg))
-        log.info("torch threads: %d", torch.get_num_threads())
-        parts = build(cfg)
-        describe(record, cfg, parts)
-        logger = start_logger(cfg, job, record)
-        trainer = make_trainer(cfg, job, logger, validation_floor(parts))
-        fit(cfg, job, trainer, parts, record)
-        test(trainer, parts, record, cfg.capacity.threshold)
-        if cfg.checkpoint.get("keep") and is_recording_rank():
-            record["weights"] = str(keep_weights(parts.model, job.run_dir))
-        record["status"] = OK
-        discard(job.checkpoint)
-    except BaseException as error:
-        ended = outcome(error)  # the failure policy: harness.failures
-        record.update(status=ended.status, error=ended.error)
-        if ended.status == DIVERGED:
-            train = record["train"] or {}
-            step = ended.diverged_at_step
-            train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
+    with interruptible():
+        try:
+            check_run(cfg)  # before the threads are set: `threads=two` is one line
+            if job_threads(cfg):
+                torch.set_num_threads(job_threads(cfg))
+            log.info("torch threads: %d", torch.get_num_threads())
+            parts = build(cfg)
+            describe(record, cfg, parts)
+            resumed = resumable(job.checkpoint)
+            logger = start_logger(cfg, job, record, resumed.run_id)
+            trainer = make_trainer(cfg, job, logger, validation_floor(parts), resumed.run_id)
+            fit(cfg, resumed, trainer, parts, record)
+            test(trainer, parts, record, cfg.capacity.threshold)
+            if cfg.checkpoint.get("keep") and is_recording_rank():
+                record["weights"] = str(keep_weights(parts.model, job.run_dir))
+            record["status"] = OK
             discard(job.checkpoint)
-        elif is_interruption(error):
-            print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
-        if ended.ends_the_run:
-            raise
-    finally:
-        finish(job, record, logger)
+        except BaseException as error:
+            ended = outcome(error)  # the failure policy: harness.failures
+            record.update(status=ended.status, error=ended.error)
+            if ended.status == DIVERGED:
+                train = record["train"] or {}
+                step = ended.diverged_at_step
+                train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
+                discard(job.checkpoint)
+            elif is_interruption(error):
+                print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
+            if ended.ends_the_run:
+                raise
+        finally:
+            finish(job, record, logger)
     return record
 
 
@@ -135,11 +146,11 @@ def is_recording_rank() -> bool:
     return rank_zero_only.rank == 0
 
 
-def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
-    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1): named by its
-    swept values (`deltanet-d128-kv8-T256-s1`), grouped by sweep (or preset), tagged with
-    preset, task and model; its config holds the resolved config, the parameter count and the
-    state."""
+def start_logger(cfg: DictConfig, job: Job, record: dict, run_id: str) -> Logger | None:
+    """The W&B logger of this run (None with `logger=none`, and on ranks >= 1): the W&B run
+    `run_id` (a resumed run continues its own), named by its swept values
+    (`deltanet-d128-kv8-T256-s1`), grouped by sweep (or preset), tagged with preset, task and
+    model; its config holds the resolved config, the parameter count and the state."""
     if not is_recording_rank():
         return None
     preset = experiment_name()
@@ -149,6 +160,7 @@ def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
     return start_wandb(
         cfg.logger,
         job.run_dir,
+        run_id,
         name=run_name(record, swept, job_number()),
         group=sweep_group(job.sweep, preset),
         tags=[
@@ -160,10 +172,12 @@ def start_logger(cfg: DictConfig, job: Job, record: dict) -> Logger | None:
     )
 
 
-def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float) -> L.Trainer:
+def make_trainer(
+    cfg: DictConfig, job: Job, logger: Logger | None, floor: float, run_id: str
+) -> L.Trainer:
     """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
     stopping at `early_stop_acc` (a `plateau` judges convergence only), and kill-safe
-    checkpoints."""
+    checkpoints that carry the run's segments and W&B id (`run_id`)."""
     return L.Trainer(
         **{
             **cfg.trainer,
@@ -182,37 +196,45 @@ def make_trainer(cfg: DictConfig, job: Job, logger: Logger | None, floor: float)
                 floor,
                 num_examples=cfg.data.num_val,
             ),
-            SaveLast(job.checkpoint),  # after ConvergenceStop: the saved curve is up to date
+            Segments(run_id),
+            SaveLast(job.checkpoint),  # after the two above: what it saves is up to date
             ProgressLines(cfg.trainer.enable_progress_bar),  # off a terminal
         ],
     )
 
 
-def fit(cfg: DictConfig, job: Job, trainer: L.Trainer, parts: Parts, record: dict) -> None:
-    """Train (resuming from the job's checkpoint if a killed run left one), then validate the
+def fit(
+    cfg: DictConfig, resumed: Resumption, trainer: L.Trainer, parts: Parts, record: dict
+) -> None:
+    """Train (resuming from the checkpoint a killed run left, `resumed`), then validate the
     final weights unless the last validation already saw them, so that `val/*` and `test/*`
-    come from the same weights. The record's `train` block (with the validation curve and
-    the convergence verdict) and validation metrics are written even when training raises."""
-    resume_path, resumed_at = resumable(job.checkpoint)
+    come from the same weights. The record's `train` block (with the validation curve, the
+    convergence verdict and the segments of every process that trained the run) and
+    validation metrics are written even when training raises. Wall time and tokens/s cover
+    every segment: wall_s = sum of the segments' wall_s, tokens_per_s = tokens of all their
+    steps / wall_s."""
     watch = next(c for c in trainer.callbacks if isinstance(c, ConvergenceStop))
-    start, wall, finished = time.perf_counter(), None, False
+    clock = next(c for c in trainer.callbacks if isinstance(c, Segments))
+    finished = False
     try:
-        trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resume_path)
-        wall = time.perf_counter() - start
+        trainer.fit(parts.module, datamodule=parts.data, ckpt_path=resumed.path)
         if not watch.curve or watch.curve[-1][0] != trainer.global_step:
             trainer.validate(parts.module, datamodule=parts.data, verbose=False)
         finished = True
     finally:
-        wall = wall if wall is not None else time.perf_counter() - start
         steps = trainer.global_step
-        tokens = (steps - resumed_at) * cfg.data.batch_size * mean_train_length(parts)
+        segments = clock.close(steps)
+        wall = sum(s["wall_s"] for s in segments)
+        trained = sum(s["to_step"] - s["from_step"] for s in segments)
+        tokens = trained * cfg.data.batch_size * mean_train_length(parts)
         stopped_by = watch.stopped or ("max_steps" if steps >= cfg.trainer.max_steps else None)
         record["train"] = {
             "steps": steps,
             "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
             "wall_s": round(wall, 3),
-            "tokens_per_s": round(tokens / wall, 1),
-            "resumed_from_step": resumed_at,
+            "tokens_per_s": round(tokens / wall, 1) if wall > 0 else None,
+            "resumed_from_step": resumed.step,
+            "segments": segments,
             "val_curve": [[int(step), round(acc, 6)] for step, acc in watch.curve],
             "converged": finished and watch.verdict(),
             "floor": round(watch.floor, 6),
@@ -270,6 +292,7 @@ def finish(job: Job, record: dict, logger: Logger | None) -> None:
     job's closing line (a single run's failure is reported by its error instead); rank 0 only."""
     if not is_recording_rank():
         return
+    record["finished_at"] = finished_now()  # which of a config's records is the latest
     if logger is not None:
         record["wandb"] = finish_wandb(logger, record)
     write_record(job.run_dir, record)

@@ -11,6 +11,7 @@ from harness import failures
 from harness.failures import (
     BadInput,
     Diverged,
+    Terminated,
     as_bad_input,
     forget,
     hydra_task,
@@ -18,7 +19,7 @@ from harness.failures import (
     refused,
     sweep_exit_code,
 )
-from harness.status import DIVERGED, FAILED
+from harness.status import DIVERGED, FAILED, INTERRUPTED
 from models.mixers.base import DenominatorCollapse
 
 
@@ -28,8 +29,9 @@ from models.mixers.base import DenominatorCollapse
         (Diverged("training loss is nan", 132), DIVERGED, "training loss is nan at step 132", 132),
         (DenominatorCollapse("denominators <= 0"), DIVERGED, "denominators <= 0", None),
         (BadInput("seed=-1 is invalid: must be"), FAILED, "seed=-1 is invalid: must be", None),
-        (KeyboardInterrupt(), FAILED, "interrupted (KeyboardInterrupt)", None),
-        (SystemExit(1), FAILED, "interrupted (SystemExit)", None),
+        (KeyboardInterrupt(), INTERRUPTED, "interrupted (KeyboardInterrupt)", None),
+        (SystemExit(1), INTERRUPTED, "interrupted (SystemExit)", None),
+        (Terminated("SIGTERM"), INTERRUPTED, "interrupted (SIGTERM)", None),
         (RuntimeError("CUDA out of memory"), FAILED, "RuntimeError: CUDA out of memory", None),
     ],
 )

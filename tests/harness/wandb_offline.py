@@ -3,7 +3,8 @@
 The file is a LevelDB-style log (wandb's own format): a 7-byte header (`:W&B`, magic 0xBEE1,
 version 0), then 32 KiB blocks of chunks, each `<crc32 u32, length u16, type u8>` + payload
 (type 1 = a whole record, 2/3/4 = first/middle/last piece); every record is a protobuf
-`wandb_internal_pb2.Record`."""
+`wandb_internal_pb2.Record`. A file cut short (its process killed) is read up to its last
+whole record."""
 
 import json
 import struct
@@ -11,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2
 
 BLOCK = 32 * 1024
@@ -28,6 +30,8 @@ def raw_records(path: Path):
             continue
         _, length, kind = struct.unpack("<IHB", data[position : position + HEADER])
         position += HEADER
+        if position + length > len(data):
+            return  # a torn last chunk
         pieces += data[position : position + length]
         position += length
         if kind in (1, 4):
@@ -67,7 +71,10 @@ def read_run(run_dir: Path) -> OfflineRun:
     run = OfflineRun()
     for raw in raw_records(path):
         record = wandb_internal_pb2.Record()
-        record.ParseFromString(raw)
+        try:
+            record.ParseFromString(raw)
+        except DecodeError:
+            break  # a torn last record
         kind = record.WhichOneof("record_type")
         run.kinds[kind] += 1
         if kind == "run":

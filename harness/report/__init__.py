@@ -31,11 +31,14 @@ from harness.report.points import (
     fixed_settings,
     missing,
     parameter_columns,
+    split_settings,
     varied,
 )
+from harness.report.provenance import provenance
 from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
+from harness.report.verdict import verdicts
 from harness.status import status_of, tally
 from harness.sweep import load_sweep, sweep_description
 from harness.tables import print_table, write_csv
@@ -165,8 +168,9 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
     notes = [
         f"{len(rows)} jobs: {tally(statuses)}"
         + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
-        "Accuracy: mean over the seeds that finished; error bars: their sample standard "
-        "deviation (n - 1; none for one seed).",
+        "Accuracy: mean over the seeds that finished; up to three seeds each is drawn as a "
+        "point, beyond that error bars are their sample standard deviation (n - 1); std is "
+        "blank for one seed.",
     ]
     if lr_grid:
         lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
@@ -177,12 +181,16 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
         figures.append(out / f"{name}.png")
     table = point_rows(points, point_keys, lr_grid)
     problems = problem_rows(rows, description.get("swept") or point_keys)
-    fixed = fixed_settings(rows, [c for c in columns if c not in swept])
+    settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
+    summary = verdicts(points, rows)
     written = [write_csv(table, out / "table.csv"), *figures]
-    written.append(write_page(out / "report.html", sweep, description, notes, fixed, figures,
-                              table, problems))  # fmt: skip
+    origin = provenance(sweep, description, rows)
+    page = out / "report.html"
+    written.append(
+        write_page(page, sweep, summary, notes, figures, table, problems, origin, settings)
+    )
     print_table(table)
-    for line in notes:
+    for line in [*notes, *summary]:
         print(line)
     for problem in problems:
         print(f"{problem['status']}: {problem['job']}: {problem['error']}")

@@ -1,27 +1,46 @@
-"""The report as one self-contained HTML page: how the sweep was run (command, fixed
-settings), the figures with how to read them, the table, and each failed job's error."""
+"""The report as one self-contained HTML page, results first: the verdicts, the figures with
+how to read them, the table, each failed job's error, then where the numbers come from (the
+provenance) and the settings (those that define the experiment, then the plumbing; both
+collapsed)."""
 
 import base64
 import html
 from pathlib import Path
 from typing import Any
 
+READING = (
+    " Softmax, the reference, is the wide grey band under the other lines: a line lying on it "
+    "reached softmax's accuracy. Grey lines are binding-free baselines (chance, guessing from "
+    "the context, ...; baselines equal at every point share one line and one legend entry): "
+    "a model on them has not learned to retrieve. With three seeds or fewer each seed is a "
+    "small point and the line joins their mean; with more, bars are one standard deviation. "
+    "The subtitle gives the budget: steps, learning rate (or the grid the best was chosen "
+    "from on validation) and width."
+)
 CAPTIONS = {
+    "acc_vs_num_kv_pairs": (
+        "The headline: test accuracy (fraction of scored tokens right) against the number of "
+        "key-value pairs to recall, log2 axis, one line per model. A fixed-size state must "
+        "hold every pair, so it falls as the pairs grow; softmax keeps every token. Parameters "
+        "swept with the pairs (the length, the batch) are written under each tick; an x at "
+        "the bottom is a point with no ok job, with the reason; a hollow marker is a run whose "
+        "budget ran out while it was still improving." + READING
+    ),
     "acc_vs_seq_len": (
         "Test accuracy (fraction of scored tokens right) against the training sequence length, "
-        "log2 axis, one line per model. Grey lines are binding-free baselines (chance, guessing "
-        "from the context, ...): a model on them has not learned to retrieve. An x at the "
-        "bottom is a point with no ok job, with the reason (diverged at step N, failed); a "
-        "hollow marker is a run whose step budget ran out while it was still improving. Every "
-        "other swept parameter makes its own panel; one swept together with the length "
-        "(key-value pairs = length / 8) is written beside the points."
+        "log2 axis, one line per model. An x at the bottom is a point with no ok job, with the "
+        "reason (diverged at step N, failed); a hollow marker is a run whose step budget ran "
+        "out while it was still improving. Every other swept parameter makes its own panel; "
+        "one swept together with the length is written under the ticks or beside the points; "
+        "one that differs between separate commands (a raised budget) is a dashed line of its "
+        "own, named beside its points." + READING
     ),
     "acc_vs_state": (
         "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "
         "model must keep to produce the next token (softmax: its KV cache, 2 x length x "
         "d_model floats, which grows with the length). Up and to the left is better: Zoology's "
         "recall-memory frontier. Points of one model at several widths are joined; the width "
-        "is written beside each point."
+        "is written beside each point." + READING
     ),
     "acc_vs_test_length": (
         "One model per line, trained at one length (dotted line) and tested at others "
@@ -30,11 +49,18 @@ CAPTIONS = {
     "needle_heatmap": (
         "Needle retrieval accuracy by depth (rows: where in the context the needle was, 0 = "
         "the start) and length (columns), one panel per model. A fixed-size state forgets "
-        "early needles first: the bottom rows fade as the length grows."
+        "early needles first: the bottom rows fade as the length grows. The red marks on the "
+        "colour scale are the binding-free floors: a cell at or below one retrieved nothing."
     ),
     "copy_vs_length": (
         "Copying accuracy against the length of the string to copy, one line per model: a "
         "fixed state holds a bounded number of tokens, so accuracy falls past that length."
+    ),
+    "acc_vs_load": (
+        "Test accuracy against load from runs trained on a range of loads, log2 axis: each "
+        "run's per-load accuracy beside the binding-free baselines at every load, and in the "
+        "legend its readout (n90: the largest load at >= 0.9) and verdict (docs/background.md, "
+        "'Reading a load curve')."
     ),
 }
 
@@ -53,45 +79,68 @@ def table(rows: list[dict]) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{cell(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
+
+
+def collapsed(summary: str, rows: list[dict]) -> str:
+    return f"<details><summary>{html.escape(summary)}</summary>{table(rows)}</details>"
 
 
 STYLE = """<style>
-body { font-family: sans-serif; max-width: 1400px; margin: 1em auto; }
+body { font-family: sans-serif; max-width: 1400px; margin: 1em auto; padding: 0 1em; }
 table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.5em; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #f3f3f3; } code { background: #f3f3f3; padding: 2px 4px; }
-img { max-width: 100%; } .caption { max-width: 900px; color: #333; }
+img { max-width: 100%; height: auto; } .caption { max-width: 900px; color: #333; }
+.wide { overflow-x: auto; max-width: 100%; } summary { cursor: pointer; margin: 0.5em 0; }
+ul.verdict li { margin: 0.3em 0; } pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 </style>"""
 
 
 def write_page(
     path: Path,
     sweep: Path,
-    description: dict,
+    verdicts: list[str],
     notes: list[str],
-    fixed: dict[str, Any],
     figures: list[Path],
     rows: list[dict],
     problems: list[dict],
+    provenance: dict[str, str],
+    settings: tuple[dict[str, Any], dict[str, Any]],
 ) -> Path:
     """Write the page; images are inlined (base64), so the file stands alone."""
-    parts = [f"<html><head><meta charset='utf-8'><title>report: {html.escape(str(sweep))}</title>"]
-    parts += [STYLE, "</head><body>", f"<h1>recall-harness report: {html.escape(str(sweep))}</h1>"]
-    commands = description.get("commands") or [description.get("command")]
-    for command in filter(None, commands):
-        parts.append(f"<p>Command: <code>{html.escape(command)}</code></p>")
-    parts += [f"<p>{html.escape(n)}</p>" for n in notes]
-    parts.append("<h2>Fixed settings</h2>")
-    parts.append(table([{"setting": k, "value": v} for k, v in fixed.items()]))
+    title = html.escape(str(sweep))
+    parts = [f"<html><head><meta charset='utf-8'><title>report: {title}</title>", STYLE]
+    parts += ["</head><body>", f"<h1>recall-harness report: {title}</h1>", "<h2>Verdict</h2>"]
+    parts.append("<ul class='verdict'>" + "".join(f"<li>{html.escape(v)}</li>" for v in verdicts))
+    parts.append("</ul>" + "".join(f"<p>{html.escape(n)}</p>" for n in notes))
     for figure in figures:
         data = base64.b64encode(figure.read_bytes()).decode()
-        caption = CAPTIONS.get(figure.stem, "")
         parts.append(f"<h2>{html.escape(figure.stem)}</h2>")
-        parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
-        parts.append(f"<img src='data:image/png;base64,{data}'/>")
+        parts.append(f"<img src='data:image/png;base64,{data}' alt='{html.escape(figure.stem)}'/>")
+        parts.append(f"<p class='caption'>{html.escape(CAPTIONS.get(figure.stem, ''))}</p>")
     parts += ["<h2>Results</h2>", table(rows)]
     parts += ["<h2>Failed and diverged jobs</h2>", table(problems)]
+    parts.append("<h2>Provenance</h2>")
+    parts.append(
+        "<p>Commit, versions and machine are those that wrote this report; the wall time is "
+        "the jobs' own.</p>"
+    )
+    parts.append(
+        "<table>"
+        + "".join(
+            f"<tr><th>{html.escape(k)}</th><td><pre>{html.escape(v)}</pre></td></tr>"
+            for k, v in provenance.items()
+        )
+        + "</table>"
+    )
+    experiment, plumbing = settings
+    parts.append("<h2>Settings</h2>")
+    for summary, group in (
+        (f"Settings that define the experiment ({len(experiment)})", experiment),
+        (f"Plumbing: how the runs were carried out ({len(plumbing)})", plumbing),
+    ):
+        parts.append(collapsed(summary, [{"setting": k, "value": v} for k, v in group.items()]))
     parts.append("</body></html>")
     path.write_text("\n".join(parts))
     return path

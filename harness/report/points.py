@@ -119,6 +119,36 @@ def varied(rows: list[dict], columns: list[str]) -> list[str]:
     return [c for c in columns if varies(c)]
 
 
+PLUMBING = (
+    "compile",
+    "data.cache_dir",
+    "data.num_workers",
+    "model.chunk_size",
+    "model.mode",
+    "trainer.accelerator",
+    "trainer.check_val_every_n_epoch",
+    "trainer.deterministic",
+    "trainer.devices",
+    "trainer.enable_checkpointing",
+    "trainer.enable_model_summary",
+    "trainer.enable_progress_bar",
+    "trainer.log_every_n_steps",
+    "trainer.max_epochs",
+    "trainer.num_nodes",
+    "trainer.num_sanity_val_steps",
+    "trainer.strategy",
+    "trainer.use_distributed_sampler",
+)
+"""Settings that change how a run is carried out, not what it measures (where it runs, what
+it logs, a mixer's computation mode: every mode gives the same outputs)."""
+
+
+def split_settings(fixed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the settings that define the experiment, the plumbing), each in `fixed`'s order."""
+    plumbing = {k: v for k, v in fixed.items() if k in PLUMBING or k.endswith("_dir")}
+    return {k: v for k, v in fixed.items() if k not in plumbing}, plumbing
+
+
 def fixed_settings(rows: list[dict], columns: list[str]) -> dict[str, Any]:
     """Settings no job varied, to show once: one value for every job, or, where models
     differ (a mixer's own parameters, a learning rate per model), each model's value."""

@@ -7,14 +7,13 @@ from harness.capacity import shown
 from harness.report.points import Point, sort_key
 from harness.status import OK
 
-
-def rounded(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
+KIB = 1024
 
 
 def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> list[dict]:
-    """One row per point: parameters, state, accuracy (mean, std over seeds), counts,
-    convergence, baselines, accuracy at each test length, and the note when not ok."""
+    """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
+    blank for one seed), counts, convergence, baselines, accuracy at each test length, and the
+    note when not ok; numbers at full precision (`table.csv`; printing rounds)."""
     lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
     baselines = sorted({name for p in points for name in p.baselines})
     rows = []
@@ -23,16 +22,16 @@ def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> lis
     ):
         row: dict[str, Any] = {"task": p.task, "model": p.model}
         row.update({k: p.get(k) for k in point_keys})
-        row["state_bytes_per_layer"] = p.state_bytes
-        row["test_acc"] = rounded(p.test_acc)
-        row["std"] = rounded(p.test_acc_std)
+        row["state_KiB_per_layer"] = None if p.state_bytes is None else p.state_bytes / KIB
+        row["test_acc"] = p.test_acc
+        row["std"] = p.test_acc_std
         row["seeds"] = p.seeds
         row["not_ok"] = p.not_ok
         row["converged"] = {True: "yes", False: "no", None: ""}[p.converged]
         if lr_grid:
             row["best_lr"] = p.lr
-        row.update({f"baseline.{b}": rounded(p.baselines.get(b)) for b in baselines})
-        row.update({f"acc@T={n}": rounded(p.by_length.get(n)) for n in lengths})
+        row.update({f"baseline.{b}": p.baselines.get(b) for b in baselines})
+        row.update({f"acc@T={n}": p.by_length.get(n) for n in lengths})
         if any(q.capacity for q in points):
             row.update(capacity_columns(p.capacity))
         row["status"] = p.status

@@ -183,7 +183,7 @@ def test_report_writes_everything_with_failed_and_diverged_jobs(tmp_path: Path, 
     with open(out / "table.csv") as handle:
         assert "converged" in next(csv.reader(handle))
     page = (out / "report.html").read_text()
-    assert "Fixed settings" in page and "backbone.d_model" in page
+    assert "Settings that define the experiment" in page and "backbone.d_model" in page
     assert "model.feature_dim=0 is invalid" in page  # the failed job's error
     printed = capsys.readouterr().out
     assert "diverged: task=needle model=rff task.seq_len=64" in printed

@@ -16,6 +16,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from harness.results import umask
 from tasks import Task
 
 datasets.disable_progress_bars()
@@ -63,6 +64,7 @@ def load_split(
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".tmp-", dir=path.parent))
+        tmp.chmod(0o777 & ~umask())  # as a plain mkdir, not mkdtemp's owner-only 0o700
         try:
             datasets.Dataset(to_arrow(task.generate(num_examples, seed))).save_to_disk(tmp)
             os.rename(tmp, path)

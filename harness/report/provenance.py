@@ -8,7 +8,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-SUMMARY = "summary.jsonl"
+from harness.status import SUMMARY
+
 REPO = Path(__file__).resolve().parents[2]
 
 

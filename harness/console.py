@@ -119,7 +119,7 @@ def why_not_converged(record: dict) -> str:
     floor (`train.floor`: `harness.convergence.left_floor`, docs/background.md):
 
     - at chance: it has not learned which tokens answer (within the floor's margin of chance);
-    - between chance and the floor: it is learning which tokens answer, not yet which one;
+    - between chance and the floor: it is learning which tokens answer;
     - at the floor: it answers as a binding-free strategy does (it may not have jumped yet, or
       cannot learn);
     - above the floor: still improving when the budget ran out."""
@@ -136,8 +136,8 @@ def why_not_converged(record: dict) -> str:
             return f"at chance {chance:.3f}: not learned which tokens answer, let alone which one"
         if best < floor - margin:
             return (
-                f"at {best:.3f}, between chance {chance:.3f} and the binding-free floor "
-                f"{floor:.3f}: learning which tokens answer, not yet which one"
+                f"{best:.3f}, between chance {chance:.3f} and the binding-free floor "
+                f"{floor:.3f}: learning which tokens answer"
             )
     return f"still at the binding-free floor {floor:.3f} when the budget ran out"
 

@@ -18,7 +18,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from harness.console import human_time, show_progress_lines
 from harness.hydra_job import job_number
 
-LINES_PER_JOB = 20
+LINES_PER_JOB = 12
 """The most progress lines one run prints."""
 
 

@@ -64,6 +64,34 @@ def test_the_line_names_the_least_informed_of_equal_baselines(baselines, named) 
     assert strongest_baseline(metrics) == named
 
 
+MQAR = {"test/acc": 0.01, "test/baseline/chance": 0.0078, "test/baseline/in_context": 0.125}
+
+
+@pytest.mark.parametrize(
+    ("curve", "why"),
+    [
+        ([[100, 0.008], [200, 0.0078]], "at chance 0.008: not learned which tokens answer"),
+        ([[100, 0.004], [200, 0.001]], "at chance 0.008"),  # below chance is at chance
+        ([[100, 0.03], [200, 0.061]], "0.061, between chance 0.008 and the binding-free floor"),
+        ([[100, 0.12], [200, 0.13]], "still at the binding-free floor 0.125"),
+        ([[100, 0.13], [200, 0.6]], "budget ran out while improving"),
+    ],
+)
+def test_chance_the_floor_and_improving_are_different_diagnoses(curve: list, why: str) -> None:
+    train = {**OK["train"], "val_curve": curve, "floor": 0.125}
+    line = job_line({**OK, "metrics": MQAR, "train": train}, {})
+    assert f"not converged ({why}" in line, line
+    assert line.count("not converged") == 1
+
+
+def test_a_load_curve_line_keeps_its_capacity_readout() -> None:
+    capacity = {"load": "num_kv_pairs", "n90": 12.3, "n50": 27.0, "verdict": "capacity_limited"}
+    train = {**OK["train"], "val_curve": [[100, 0.008]], "floor": 0.125}
+    line = job_line({**OK, "metrics": MQAR, "train": train, "capacity": capacity}, {})
+    assert "kv pairs: n90 12.3 n50 27, capacity_limited" in line
+    assert "at chance 0.008" in line
+
+
 @pytest.mark.parametrize(
     ("curve", "why"),
     [

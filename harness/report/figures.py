@@ -91,7 +91,7 @@ def accuracy_figure(
         mine = [p for p in drawable if in_panel(p, task, values)]
         ticks = tick_notes(mine, x, together)
         annotate = [] if ticks else together
-        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, annotate, apart)
+        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, annotate, apart, dodge=True)
         draw_baselines(ax, mine, x, coinciding(baseline_curves(points, x)))
         log2_axis(ax, [p.get(x) for p in drawable], "bytes" if x == "state_bytes" else "length")
         if ticks:
@@ -150,27 +150,55 @@ class Labels:
         if text in near:
             return
         self.placed.append((text, x, y))
-        offset = (4, 4 - 8 * len(near))
+        offset = (4, 7 - 8 * len(near))
         self.ax.annotate(
-            text, (x, y), textcoords="offset points", xytext=offset, fontsize=6, **style
+            text, (x, y), textcoords="offset points", xytext=offset, fontsize=6, zorder=6, **style
         )
 
 
+class Dodge:
+    """Points of different models at one place: each later one moved right by a small factor
+    (a log axis: the same distance anywhere), so that none hides another. The reference is
+    not moved: the others lying on its band are what it is there to show."""
+
+    STEP = 2**0.06
+
+    def __init__(self) -> None:
+        self.placed: list[tuple[float, float]] = []
+
+    def x(self, x: float, y: float, reference: bool) -> float:
+        if reference:
+            return x
+        near = sum(1 for px, py in self.placed if px == x and abs(py - y) < 0.015)
+        self.placed.append((x, y))
+        return x * self.STEP**near
+
+
 def draw_models(
-    ax, points: list[Point], get_x, get_y, annotate: list[str] = (), apart: list[str] = ()
+    ax,
+    points: list[Point],
+    get_x,
+    get_y,
+    annotate: list[str] = (),
+    apart: list[str] = (),
+    dodge: bool = False,
 ) -> None:
     """One line per model through its ok points (hollow: not converged; three seeds or fewer:
     each seed a small point; more: error bars of one std), and an x at the bottom for each
-    failed or diverged point, with the reason. Softmax is a wide band under the others."""
-    labels = Labels(ax)
+    failed or diverged point, with the reason. Softmax is a wide band under the others;
+    `dodge` (log x axes) moves coinciding points of other models apart (`Dodge`)."""
+    labels, dodged = Labels(ax), Dodge()
     for model, note, mine in series(points, list(apart)):
         mine.sort(key=lambda p: sort_key(get_x(p)))
         ok = [p for p in mine if p.status == OK and get_y(p) is not None]
         look = REFERENCE_LINE if model == REFERENCE else LINE
         style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
         name = f"{model} {note}" if note else model
+        at = {id(p): get_x(p) for p in ok}
+        if dodge:
+            at = {id(p): dodged.x(get_x(p), get_y(p), model == REFERENCE) for p in ok}
         if ok:
-            xs, ys = [get_x(p) for p in ok], [get_y(p) for p in ok]
+            xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
             errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
             drawn = ax.errorbar(
                 xs, ys, yerr=errors if any(errors) else None, capsize=3, **style, **look
@@ -179,10 +207,10 @@ def draw_models(
             if model != REFERENCE:
                 drawn.lines[0].set_path_effects(HALO)
             on_top = drawn.lines[0].get_zorder()
-            draw_seeds(ax, ok, get_x, model, on_top)
+            draw_seeds(ax, ok, lambda p, at=at: at[id(p)], model, on_top)
             hollow = [p for p in ok if p.converged is False]
             ax.plot(
-                [get_x(p) for p in hollow],
+                [at[id(p)] for p in hollow],
                 [get_y(p) for p in hollow],
                 linestyle="none",
                 marker=marker(model),
@@ -194,7 +222,13 @@ def draw_models(
             )
         for p in ok:
             text = ", ".join(
-                filter(None, [note, *(f"{short(k)}={p.get(k)}" for k in annotate[:2])])
+                filter(
+                    None,
+                    [
+                        note,
+                        *(f"{short(k)}={p.get(k)}" for k in annotate[:2] if not missing(p.get(k))),
+                    ],
+                )
             )
             if text:
                 labels.add(text, get_x(p), get_y(p), color="dimgrey")

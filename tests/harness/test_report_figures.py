@@ -134,6 +134,17 @@ def test_a_label_at_one_place_is_written_once(tmp_path: Path) -> None:
     ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].axes[0]
     texts = [t.get_text() for t in ax.texts]
     assert texts.count("feature_dim=73") == 1 and texts.count("feature_dim=21") == 1
+    # the two variants coincide: the second is moved right a little, so both are seen
+    drawn = by_gid(ax, "model")
+    elu, taylor = drawn["linear elu"].get_xdata(), drawn["linear taylor"].get_xdata()
+    assert all(1 < t / e < 1.1 for e, t in zip(elu, taylor, strict=True))
+
+
+def test_points_on_the_reference_are_not_moved(tmp_path: Path) -> None:
+    ax = figures_of(retrieval_gap(tmp_path / "sweep"))["acc_vs_num_kv_pairs"].axes[0]
+    drawn = by_gid(ax, "model")
+    assert list(drawn["softmax"].get_xdata()) == [4, 8, 16]
+    assert list(drawn["based"].get_xdata()) == [4, 8, 16]  # on softmax, not on another model
 
 
 def test_needle_heatmap_numbers_are_readable_and_the_floor_is_on_its_scale(tmp_path) -> None:

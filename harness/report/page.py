@@ -93,7 +93,9 @@ th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
 th { background: #f3f3f3; } code { background: #f3f3f3; padding: 2px 4px; }
 img { max-width: 100%; height: auto; } .caption { max-width: 900px; color: #333; }
 .wide { overflow-x: auto; max-width: 100%; } summary { cursor: pointer; margin: 0.5em 0; }
-ul.verdict li { margin: 0.3em 0; } pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+ul.verdict li { margin: 0.3em 0; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; }
+.provenance td { text-align: left; }
 </style>"""
 
 
@@ -127,7 +129,7 @@ def write_page(
         "the jobs' own.</p>"
     )
     parts.append(
-        "<table>"
+        "<table class='provenance'>"
         + "".join(
             f"<tr><th>{html.escape(k)}</th><td><pre>{html.escape(v)}</pre></td></tr>"
             for k, v in provenance.items()

@@ -1,5 +1,5 @@
 """The report's opening lines: how many runs converged, which points sit at chance or at the
-binding-free floor (docs/background.md, "binding-free baselines"), what to change, and each
+binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, and each
 load curve's verdict (docs/background.md, "Reading a load curve")."""
 
 from harness.capacity import shown

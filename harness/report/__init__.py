@@ -130,6 +130,7 @@ def draw(
     subtitle = budget(rows)
     axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
     figures = {
+        "acc_vs_load": load_figure(points, point_keys, rows),  # the headline where there is one
         **{
             f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
                 points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
@@ -144,7 +145,6 @@ def draw(
             subtitle,
             chosen,
         ),  # fmt: skip
-        "acc_vs_load": load_figure(points, point_keys, rows),
         "acc_vs_test_length": length_figure(points, point_keys, subtitle),
         "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
         "copy_vs_length": copy_figure(points, point_keys, subtitle),

@@ -13,10 +13,12 @@ from harness.capacity import load_of as load_param
 from harness.report.baselines import coinciding
 from harness.report.budget import budget as training_budget
 from harness.report.budget import joined, values_of
+from harness.report.figures import REFERENCE_LINE
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     BASELINE_STYLES,
+    REFERENCE,
     accuracy_axis,
     colour,
     describe,
@@ -104,6 +106,8 @@ def draw_curve(
     mean = accuracy_by_load(point.metrics, load)
     loads = sorted(mean)
     style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % 4])
+    if point.model == REFERENCE:  # the band other curves lie on, as in every figure
+        style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
     params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}
     label = " ".join(filter(None, [point.model, describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""

@@ -60,6 +60,9 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
     assert "baseline: in_context = elimination" in labels
     gids = [line.get_gid() for line in fig.axes[0].lines]
     assert gids.count("baseline:in_context") == 1 and "baseline:elimination" not in gids
+    # softmax, the reference, is the wide band the other curves can be seen lying on
+    lines = {line.get_gid(): line for line in fig.axes[0].lines}
+    assert lines["model:softmax"].get_linewidth() > 2 * lines["model:linear"].get_linewidth()
 
 
 def test_no_figure_without_load_curves() -> None:

@@ -72,24 +72,40 @@ def sweep_group(sweep: Path | None, preset: str | None) -> str | None:
     return f"{preset}/{sweep_id(sweep)}" if preset else sweep_id(sweep)
 
 
+FLUSH_INTERVAL_S = 1.0
+"""How often W&B writes a run's data to its local file (15 s by W&B's default): a process
+killed outright (SIGKILL) loses at most its last second of history. The next process logs
+again everything after the checkpoint it resumes from; a gap is left only where that
+checkpoint was saved within the lost second."""
+
+
+def run_settings(**settings: Any):
+    """`wandb.Settings` without console capture (no progress bars in the run's log), flushed
+    every `FLUSH_INTERVAL_S` where this W&B has the setting."""
+    import wandb
+
+    if "x_transaction_log_flush_interval" in wandb.Settings.model_fields:
+        settings["x_transaction_log_flush_interval"] = FLUSH_INTERVAL_S
+    return wandb.Settings(console="off", **settings)
+
+
 def init_run(logger_cfg: DictConfig | dict, **kwargs: Any):
-    """`wandb.init` in the configured mode without console capture (no progress bars in the
-    run's log); `mode=online` that cannot reach the server within `init_timeout` seconds warns
-    once and continues offline (`wandb sync` uploads it later)."""
+    """`wandb.init` in the configured mode (`run_settings`); `mode=online` that cannot reach
+    the server within `init_timeout` seconds warns once and continues offline (`wandb sync`
+    uploads it later)."""
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
     kwargs.update(project=logger_cfg.get("project"), entity=logger_cfg.get("entity"))
     mode = logger_cfg.get("mode", "offline")
     timeout = float(logger_cfg.get("init_timeout", 15))
-    settings = wandb.Settings(init_timeout=timeout, console="off")
     try:
-        return wandb.init(mode=mode, settings=settings, **kwargs)
+        return wandb.init(mode=mode, settings=run_settings(init_timeout=timeout), **kwargs)
     except Exception as error:  # noqa: BLE001 - any failure to go online falls back offline
         if mode == "offline":
             raise
         log.warning("W&B %s mode failed (%s); logging offline instead", mode, error)
-        return wandb.init(mode="offline", settings=wandb.Settings(console="off"), **kwargs)
+        return wandb.init(mode="offline", settings=run_settings(), **kwargs)
 
 
 class StepLogger(WandbLogger):

@@ -162,6 +162,11 @@ def test_sweep_console_fits_a_log_file(tiny_sweep) -> None:
     assert [line.split("]")[0] for line in finished] == ["[1/4", "[2/4", "[3/4", "[4/4"]
     assert all("/4]  ok" in line and "seq_len=" in line and " acc " in line for line in finished)
     assert lines[-1] == f"4 ok, 0 diverged, 0 failed -> python -m harness.report {sweep}"
+    progress = [line for line in lines if line.endswith(" left")]  # off a terminal (a pipe)
+    assert sorted({line.split("]")[0] for line in progress}) == [f"[job {n}" for n in range(4)]
+    assert all(
+        " step " in line and " val acc " in line and " tokens/s " in line for line in progress
+    )
 
 
 @pytest.mark.slow

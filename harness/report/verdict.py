@@ -3,7 +3,7 @@ binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, an
 load curve's verdict (docs/background.md, "Reading a load curve")."""
 
 from harness.capacity import shown
-from harness.convergence import left_floor
+from harness.convergence import FLOOR_MARGIN, left_floor
 from harness.report.points import Point
 from harness.report.style import describe
 from harness.status import OK
@@ -13,16 +13,27 @@ def name(point: Point) -> str:
     return " ".join(filter(None, [point.model, describe(point.params)]))
 
 
+MIN_DELTA = 0.01
+"""`plateau.min_delta`'s default: the least gain that counts (conf/config.yaml)."""
+
+
 def at(point: Point, level: float) -> bool:
     """Accuracy within a tenth of the way from `level` to 1 (`convergence.left_floor`)."""
-    return not left_floor([(0, point.test_acc)], level, 0.0)
+    return not left_floor([(0, point.test_acc)], level, MIN_DELTA)
 
 
-def nearer_chance(point: Point) -> bool:
-    """At the floor and nearer chance than the strongest baseline: not even the answer tokens
-    learned (MQAR: 1/128 against 1/8)."""
+def below_floor(point: Point) -> str | None:
+    """`chance` or `between` for a point at the floor that is under it by more than the
+    console's margin (`harness.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
+    (floor - chance))): at chance it has not learned which tokens answer; between, it is
+    learning that; None when it answers as a binding-free strategy does."""
     chance, floor = point.baselines.get("chance"), max(point.baselines.values())
-    return chance is not None and point.test_acc < (chance + floor) / 2
+    if chance is None or chance >= floor:
+        return None
+    margin = max(MIN_DELTA, FLOOR_MARGIN * (floor - chance))
+    if point.test_acc <= chance + margin:
+        return "chance"
+    return "between" if point.test_acc < floor - margin else None
 
 
 def listed(points: list[Point], most: int = 8) -> str:
@@ -37,13 +48,19 @@ def verdicts(points: list[Point], rows: list[dict]) -> list[str]:
     lines = [f"{sum(flags)} of {len(flags)} finished runs converged." if flags else ""]
     ok = [p for p in points if p.status == OK and p.test_acc is not None and p.baselines]
     floor = [p for p in ok if at(p, max(p.baselines.values()))]
-    chance = [p for p in floor if nearer_chance(p)]
-    floor = [p for p in floor if p not in chance]
+    chance = [p for p in floor if below_floor(p) == "chance"]
+    between = [p for p in floor if below_floor(p) == "between"]
+    floor = [p for p in floor if below_floor(p) is None]
     if chance:
         lines.append(
             f"At chance (not even the answer tokens learned): {listed(chance)}. Check the "
             "learning rate (optim.lr) and the step budget (trainer.max_steps) before reading "
             "these as limits."
+        )
+    if between:
+        lines.append(
+            "Between chance and the binding-free floor (learning which tokens answer): "
+            f"{listed(between)}. Give them more steps (trainer.max_steps)."
         )
     if floor:
         lines.append(
@@ -51,7 +68,7 @@ def verdicts(points: list[Point], rows: list[dict]) -> list[str]:
             "model sits at the floor for an unpredictable number of steps before it jumps: "
             "try another optim.lr or a larger trainer.max_steps before reading it as capacity."
         )
-    rising = [p for p in ok if p.converged is False and p not in chance + floor]
+    rising = [p for p in ok if p.converged is False and p not in chance + between + floor]
     if rising:
         lines.append(
             f"Still improving when the budget ran out: {listed(rising)}. Raise "

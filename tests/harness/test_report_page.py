@@ -43,14 +43,16 @@ def test_the_page_leads_with_the_verdict_then_figures_table_provenance_settings(
     assert "trainer.max_steps" in verdict and "At chance" not in verdict
 
 
-def test_a_point_nearer_chance_than_the_floor_is_at_chance(tmp_path) -> None:
+def test_at_chance_between_chance_and_the_floor_and_at_the_floor_differ(tmp_path) -> None:
     floors = {"chance": 1 / 128, "in_context": 0.125}
     records = [record("linear", acc=0.008, baselines=floors, converged=False)]
     records += [record("softmax", acc=0.12, baselines=floors, converged=False)]
+    records += [record("deltanet", acc=0.06, baselines=floors, converged=False)]
     report(write_sweep(tmp_path / "sweep", records), wandb_mode="disabled")
     page = (tmp_path / "sweep" / "report" / "report.html").read_text()
     assert "At chance (not even the answer tokens learned): linear." in page
     assert "At the binding-free floor (no retrieval learned): softmax." in page
+    assert "(learning which tokens answer): deltanet." in page
 
 
 def test_every_figure_has_its_caption_under_it(gap) -> None:

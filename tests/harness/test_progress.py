@@ -7,7 +7,10 @@ from harness.progress import LINES_PER_JOB, due, progress_line
 from harness.train import run
 from tests.conftest import SMOKE
 
-LINE = re.compile(r"(\[job \d+\] )?step \d+/\d+  val acc (\d\.\d{3}|\?)  \S+ tokens/s  ~(\S+|\d+\.\d s) left")
+LINE = re.compile(
+    r"(\[job \d+\] )?step \d+/\d+  val acc (\d\.\d{3}|\?)  \S+ tokens/s"
+    r"  ~(\S+|\d+\.\d s) left"
+)
 
 
 def test_progress_line_says_step_accuracy_rate_and_time_left() -> None:

@@ -42,17 +42,12 @@ def test_bad_input_names_parameter_value_and_allowed(make_cfg, overrides, messag
     assert message in str(caught.value)
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["model=nope"], "Could not find 'model/nope'"),
-        (["task=nope"], "Could not find 'task/nope'"),
-        (["task.no_such_key=1"], "no_such_key"),
-    ],
-)
-def test_hydra_refuses_unknown_names_and_keys(tmp_path: Path, args, message) -> None:
-    result = run_cli(tmp_path, *args)
-    assert result.returncode != 0 and message in result.stderr
+@pytest.mark.parametrize("override", ["model=nope", "task=nope", "task.no_such_key=1"])
+def test_hydra_refuses_unknown_names_and_keys(tmp_path: Path, override: str) -> None:
+    result = run_cli(tmp_path, override)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()  # one line, naming what was refused
+    assert line.startswith("error: ") and override in line
 
 
 def test_divergence_is_recorded_with_step_and_reason(make_cfg, tmp_path: Path) -> None:

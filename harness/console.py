@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from harness.capacity import TRAINING_LIMITED, shown
-from harness.convergence import FLOOR_MARGIN, left_floor
+from harness.convergence import left_floor, under_floor
 from harness.status import OK, status_of
 
 KNOWN_WARNINGS = (
@@ -129,16 +129,15 @@ def why_not_converged(record: dict) -> str:
     min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", 0.01)
     if floor is None or not curve or left_floor(curve, floor, min_delta):
         return "budget ran out while improving"
-    if chance is not None and chance < floor:
-        best = max(acc for _, acc in curve)
-        margin = max(min_delta, FLOOR_MARGIN * (floor - chance))
-        if best <= chance + margin:
-            return f"at chance {chance:.3f}: not learned which tokens answer, let alone which one"
-        if best < floor - margin:
-            return (
-                f"{best:.3f}, between chance {chance:.3f} and the binding-free floor "
-                f"{floor:.3f}: learning which tokens answer"
-            )
+    best = max(acc for _, acc in curve)
+    where = under_floor(best, chance, floor, min_delta)
+    if where == "chance":
+        return f"at chance {chance:.3f}: not learned which tokens answer, let alone which one"
+    if where == "between":
+        return (
+            f"{best:.3f}, between chance {chance:.3f} and the binding-free floor "
+            f"{floor:.3f}: learning which tokens answer"
+        )
     return f"still at the binding-free floor {floor:.3f} when the budget ran out"
 
 

@@ -79,6 +79,19 @@ def left_floor(curve: Curve, floor: float, min_delta: float) -> bool:
     return bool(curve) and max(acc for _, acc in curve) > floor + margin
 
 
+def under_floor(best: float, chance: float | None, floor: float, min_delta: float) -> str | None:
+    """Where an accuracy `best` at or under the binding-free `floor` sits against `chance` (one
+    over the answer alphabet), within the margin max(min_delta, FLOOR_MARGIN (floor - chance)):
+    "chance" (it has not learned which tokens answer), "between" (it is learning that), or None
+    (it answers as a binding-free strategy does, or chance is unknown)."""
+    if chance is None or chance >= floor:
+        return None
+    margin = max(min_delta, FLOOR_MARGIN * (floor - chance))
+    if best <= chance + margin:
+        return "chance"
+    return "between" if best < floor - margin else None
+
+
 def plateaued(
     curve: Curve, floor: float, patience: int, min_delta: float, num_examples: int | None = None
 ) -> bool:

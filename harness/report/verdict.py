@@ -3,7 +3,7 @@ binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, an
 load curve's verdict (docs/background.md, "Reading a load curve")."""
 
 from harness.capacity import shown
-from harness.convergence import FLOOR_MARGIN, left_floor
+from harness.convergence import left_floor, under_floor
 from harness.report.points import Point
 from harness.report.style import describe
 from harness.status import OK
@@ -27,13 +27,8 @@ def below_floor(point: Point) -> str | None:
     console's margin (`harness.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
     (floor - chance))): at chance it has not learned which tokens answer; between, it is
     learning that; None when it answers as a binding-free strategy does."""
-    chance, floor = point.baselines.get("chance"), max(point.baselines.values())
-    if chance is None or chance >= floor:
-        return None
-    margin = max(MIN_DELTA, FLOOR_MARGIN * (floor - chance))
-    if point.test_acc <= chance + margin:
-        return "chance"
-    return "between" if point.test_acc < floor - margin else None
+    floor = max(point.baselines.values())
+    return under_floor(point.test_acc, point.baselines.get("chance"), floor, MIN_DELTA)
 
 
 def listed(points: list[Point], most: int = 8) -> str:

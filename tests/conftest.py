@@ -2,6 +2,7 @@
 them), runs isolated in temp folders, the sizes of a test run, float64 for model tests."""
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -97,14 +98,23 @@ def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def start_cli(cwd: Path, *args: str) -> subprocess.Popen:
-    """The same in the background (output discarded), e.g. to kill it."""
+def terminal_sigint() -> None:
+    """In a child process: SIGINT as a terminal's Ctrl-C. A suite started in the background
+    (`pytest &`) ignores SIGINT, its children inherit that, and Python then installs no
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_cli(cwd: Path, *args: str, interruptible: bool = False) -> subprocess.Popen:
+    """The same in the background (output discarded), e.g. to kill it; `interruptible`: a
+    SIGINT stops it as a terminal's Ctrl-C would (`terminal_sigint`)."""
     return subprocess.Popen(
         cli_command(*args),
         cwd=cwd,
         env=cli_env(cwd),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=terminal_sigint if interruptible else None,
     )
 
 

@@ -20,7 +20,7 @@ from harness.console import (
     show_progress_bar,
     strongest_baseline,
 )
-from tests.conftest import SMALL_RECALL, cli_command, cli_env
+from tests.conftest import SMALL_RECALL, cli_command, cli_env, terminal_sigint
 
 OK = {
     "status": "ok",
@@ -186,9 +186,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_rerun_resumes(tmp_path: Path) -> N
         env=cli_env(tmp_path),
         stderr=subprocess.PIPE,
         text=True,
-        # a terminal's Ctrl-C: a suite started in the background (`pytest &`) ignores SIGINT,
-        # its children inherit that, and Python then installs no KeyboardInterrupt handler
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=terminal_sigint,  # a terminal's Ctrl-C
     )
     deadline = time.time() + 300
     while not list((tmp_path / "ckpt").glob("*/last.ckpt")) and time.time() < deadline:

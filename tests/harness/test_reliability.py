@@ -5,7 +5,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from harness.failures import BadInput
 from harness.sweep import load_sweep
 from harness.tracking import FLUSH_INTERVAL_S
 from harness.train import run
-from tests.conftest import SMALL_RECALL, cli_command, cli_env, run_cli, start_cli
+from tests.conftest import SMALL_RECALL, run_cli, start_cli
 from tests.harness.wandb_offline import read_run
 
 BAD_INPUTS = [
@@ -76,20 +75,6 @@ def test_same_config_same_seed_gives_identical_metrics(make_cfg) -> None:
     assert first["config_hash"] == second["config_hash"]
 
 
-def start_interruptible(cwd: Path, *args: str) -> subprocess.Popen:
-    """`start_cli` that a SIGINT stops as a terminal's Ctrl-C would: a suite started in the
-    background (`pytest &`) ignores SIGINT, its children inherit that, and Python then
-    installs no KeyboardInterrupt handler."""
-    return subprocess.Popen(
-        cli_command(*args),
-        cwd=cwd,
-        env=cli_env(cwd),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-
-
 def wait_for_checkpoint(folder: Path, newer_than: int = 0) -> int:
     """The modification time (ns) of the first checkpoint under `folder` written after
     `newer_than`, once there is one."""
@@ -143,7 +128,7 @@ def test_kill_9_ctrl_c_then_rerun_is_one_run_matching_the_uninterrupted(tmp_path
     assert not (attempts / "1" / "results.json").exists()
     saved = wait_for_checkpoint(tmp_path / "ckpt")  # the last one it wrote
 
-    stopped = start_interruptible(tmp_path, *args, f"hydra.run.dir={attempts / '2'}")
+    stopped = start_cli(tmp_path, *args, f"hydra.run.dir={attempts / '2'}", interruptible=True)
     wait_for_checkpoint(tmp_path / "ckpt", newer_than=saved)  # a step beyond the first
     os.kill(stopped.pid, signal.SIGINT)
     assert stopped.wait(timeout=120) != 0

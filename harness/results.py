@@ -122,7 +122,9 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
 
 def state_record(model: torch.nn.Module, seq_len: int) -> dict:
     """Recurrent state needed to produce the next token at `seq_len` (the record's `state`);
-    `model` is a `models.backbone.LanguageModel`."""
+    `model` is a `models.backbone.LanguageModel`. `rank_bound_per_layer`: the most bindings
+    a linear read-out of one layer's state recovers exactly (`LanguageModel.rank_bound`,
+    docs/background.md, section 17)."""
     floats = model.state_size(seq_len)
     bytes_per_float = next(model.parameters()).element_size()
     return {
@@ -130,6 +132,7 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
         "bytes_per_layer": floats * bytes_per_float,
         "bytes_total": floats * bytes_per_float * len(model.blocks),
         "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
+        "rank_bound_per_layer": model.rank_bound(seq_len),
     }
 
 

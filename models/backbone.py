@@ -156,3 +156,9 @@ class LanguageModel(nn.Module):
     def state_size(self, seq_len: int) -> int:
         """Floats per layer needed to produce token seq_len + 1 (mixer state + conv window)."""
         return self.blocks[0].state_size(seq_len)
+
+    def rank_bound(self, seq_len: int) -> int:
+        """Bindings one layer's state reads back exactly at seq_len (the mixer's
+        `rank_bound`, docs/background.md, section 17); the short convolution is not counted:
+        its window holds the current token's few neighbours, never an earlier binding."""
+        return self.blocks[0].mixer.rank_bound(seq_len)

@@ -41,6 +41,12 @@ class Mixer(nn.Module):
     def state_size(self, seq_len: int) -> int:
         raise NotImplementedError
 
+    def rank_bound(self, seq_len: int) -> int:
+        """The most bindings a linear read-out of the state recovers exactly after `seq_len`
+        tokens (docs/background.md, section 17): the number of linearly independent key
+        directions the state can hold, summed over heads, or the tokens a KV cache keeps."""
+        raise NotImplementedError
+
     def init_state(self, batch_size: int) -> State:
         raise NotImplementedError
 
@@ -89,6 +95,11 @@ class MatrixStateMixer(MultiHeadMixer):
 
     def state_size(self, seq_len: int) -> int:
         return self.n_heads * self.head_dim * self.head_dim
+
+    def rank_bound(self, seq_len: int) -> int:
+        """H * head_dim: S = K^T V per head has rank <= head_dim, the key dimension
+        (docs/background.md, section 17)."""
+        return self.n_heads * self.head_dim
 
     def init_state(self, batch_size: int) -> State:
         shape = (batch_size, self.n_heads, self.head_dim, self.head_dim)

@@ -51,6 +51,11 @@ class Based(Mixer):
     def state_size(self, seq_len: int) -> int:
         return self.linear.state_size(seq_len) + self.window_attention.state_size(seq_len)
 
+    def rank_bound(self, seq_len: int) -> int:
+        """H * D + min(seq_len, window): the Taylor branch's rank (D = 1 + f + f^2 features
+        per head) plus the window's exact slots (docs/background.md, section 17)."""
+        return self.linear.rank_bound(seq_len) + self.window_attention.rank_bound(seq_len)
+
     def init_state(self, batch_size: int) -> State:
         return (*self.linear.init_state(batch_size), *self.window_attention.init_state(batch_size))
 

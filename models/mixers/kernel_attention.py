@@ -152,6 +152,12 @@ class KernelAttention(MultiHeadMixer):
     def state_size(self, seq_len: int) -> int:
         return self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
 
+    def rank_bound(self, seq_len: int) -> int:
+        """H * D: S = phi(K)^T V per head has rank <= D, the feature dimension; the
+        normaliser z rescales each read-out and adds no rank (docs/background.md,
+        section 17)."""
+        return self.n_heads * self.feature_dim
+
     def init_state(self, batch_size: int) -> State:
         kw = self._state_kwargs()
         s = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)

@@ -123,6 +123,12 @@ class Mamba2(MultiHeadMixer):
     def state_size(self, seq_len: int) -> int:
         return self.n_heads * self.d_state * self.head_dim
 
+    def rank_bound(self, seq_len: int) -> int:
+        """H * d_state: per head S = sum_t (gates) dt_t B_t x_t^T has rank <= d_state, the
+        key (B) dimension (docs/background.md, section 17). Heads of one group share B; the
+        bound counts each head's d_state all the same (it is an upper bound either way)."""
+        return self.n_heads * self.d_state
+
     def init_state(self, batch_size: int) -> State:
         kw = self._state_kwargs()
         return (torch.zeros(batch_size, self.n_heads, self.d_state, self.head_dim, **kw),)

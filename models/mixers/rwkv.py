@@ -109,6 +109,13 @@ class RWKV(Mixer):
     def state_size(self, seq_len: int) -> int:
         return 5 * self.d_model
 
+    def rank_bound(self, seq_len: int) -> int:
+        """d_model: each channel's wkv is a decayed average of that channel's values, a
+        one-dimensional key (exp(k_t)) with no query, so each channel holds rank 1; the
+        receptance only scales channels, and the token shifts hold one previous input
+        (docs/background.md, section 17)."""
+        return self.d_model
+
     def init_state(self, batch_size: int) -> State:
         """(x_{t-1}, num, den, max, h'_{t-1}); wkv's (num, den, max) in float32 or wider."""
         inputs = torch.zeros(batch_size, self.d_model, **self._tensor_kwargs())

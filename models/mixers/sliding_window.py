@@ -94,6 +94,11 @@ class SlidingWindowAttention(MultiHeadMixer):
     def state_size(self, seq_len: int) -> int:
         return 2 * min(seq_len, self.window) * self.d_model
 
+    def rank_bound(self, seq_len: int) -> int:
+        """min(seq_len, window): the tokens its KV cache keeps (docs/background.md,
+        section 17)."""
+        return min(seq_len, self.window)
+
     def init_state(self, batch_size: int) -> State:
         empty = torch.zeros(batch_size, self.n_heads, 0, self.head_dim, **self._tensor_kwargs())
         return empty, empty.clone()

@@ -23,6 +23,11 @@ class SoftmaxAttention(MultiHeadMixer):
     def state_size(self, seq_len: int) -> int:
         return 2 * seq_len * self.d_model
 
+    def rank_bound(self, seq_len: int) -> int:
+        """seq_len: the KV cache keeps every token, each readable exactly
+        (docs/background.md, section 17)."""
+        return seq_len
+
     def init_state(self, batch_size: int) -> State:
         empty = torch.zeros(batch_size, self.n_heads, 0, self.head_dim, **self._tensor_kwargs())
         return empty, empty.clone()

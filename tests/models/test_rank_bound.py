@@ -1,0 +1,95 @@
+"""Each mixer's `rank_bound` against its definition (docs/background.md, section 17): heads x
+key-feature dimension for a matrix state, the kept tokens for a KV cache; computed here from
+the constructor's settings, not from the mixer's attributes."""
+
+import pytest
+import torch
+
+from harness.results import state_record
+from models import MIXERS, build_mixer
+from models.backbone import LanguageModel
+
+D_MODEL = 32
+
+
+def taylor(d: int) -> int:
+    """Taylor features of d inputs: 1 + d + d^2."""
+    return 1 + d + d * d
+
+
+CASES = [
+    # (name, params, seq_len, expected bound: heads x key dimension, or tokens kept)
+    ("linear", {}, 64, 2 * (D_MODEL // 2)),
+    ("linear", {"feature_dim": 8}, 64, 2 * 8),
+    ("linear", {"feature_map": "taylor", "qk_dim": 4}, 64, 2 * taylor(4)),
+    ("linear", {"feature_map": "favor", "feature_dim": 12, "n_heads": 4}, 64, 4 * 12),
+    ("favor", {}, 64, 2 * 64),
+    ("favor", {"feature_dim": 24}, 64, 2 * 24),
+    ("identity", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("rff", {"feature_dim": 16}, 64, 2 * 16),
+    ("retnet", {}, 64, 2 * (D_MODEL // 2)),
+    ("retnet", {"n_heads": 8}, 64, 8 * (D_MODEL // 8)),
+    ("gla", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("deltanet", {}, 64, 2 * (D_MODEL // 2)),
+    ("deltanet", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("gated_deltanet", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("mamba2", {}, 64, 2 * 32),
+    ("mamba2", {"d_state": 16}, 64, 2 * 16),
+    ("mamba2", {"d_state": 16, "n_heads": 4, "n_groups": 2}, 64, 4 * 16),
+    ("based", {}, 64, 2 * taylor(16) + 16),
+    ("based", {}, 8, 2 * taylor(16) + 8),  # the window holds only the 8 tokens seen
+    ("based", {"feature_dim": 4, "window": 32, "n_heads": 4}, 64, 4 * taylor(4) + 32),
+    ("rwkv", {}, 64, D_MODEL),  # one rank-1 key per channel
+    ("softmax", {}, 64, 64),
+    ("softmax", {}, 300, 300),
+    ("sliding_window", {}, 64, 16),
+    ("sliding_window", {"window": 40}, 24, 24),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "seq_len", "expected"), CASES)
+def test_rank_bound_is_heads_times_key_dimension(
+    name: str, params: dict, seq_len: int, expected: int
+) -> None:
+    torch.manual_seed(0)
+    mixer = build_mixer(name, D_MODEL, **params)
+    assert mixer.rank_bound(seq_len) == expected
+
+
+def test_every_registered_mixer_has_a_case() -> None:
+    assert {name for name, *_ in CASES} == set(MIXERS.names())
+
+
+@pytest.mark.parametrize("name", ["linear", "deltanet", "mamba2", "softmax"])
+def test_the_record_carries_one_layers_bound(name: str) -> None:
+    """`state.rank_bound_per_layer` is the mixer's bound; the short convolution adds none."""
+    torch.manual_seed(0)
+    model = LanguageModel(11, 64, name, d_model=D_MODEL, n_layers=2, short_conv=4)
+    state = state_record(model, 64)
+    assert state["rank_bound_per_layer"] == model.blocks[0].mixer.rank_bound(64)
+    assert (
+        state["rank_bound_per_layer"]
+        == {
+            "linear": 2 * 16,
+            "deltanet": 2 * 16,
+            "mamba2": 2 * 32,
+            "softmax": 64,
+        }[name]
+    )
+
+
+def test_the_bound_is_exact_for_a_linear_read_out() -> None:
+    """The definition it stands for: with D-dimensional keys, D orthonormal keys are read back
+    exactly by q = k, and D + 1 keys cannot all be (S = K^T V has rank <= D)."""
+    torch.manual_seed(0)
+    D, dv = 8, 16
+    keys = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64))[0]
+    values = torch.randn(D, dv, dtype=torch.float64)
+    S = keys.T @ values  # D x dv
+    torch.testing.assert_close(keys @ S, values)
+    more_keys = torch.randn(D + 1, D, dtype=torch.float64)
+    more_values = torch.randn(D + 1, dv, dtype=torch.float64)
+    S = more_keys.T @ more_values
+    # the best read-out Q of all D + 1 values: Q S = V needs rank(S) >= rank(V) = D + 1 > D
+    best = torch.linalg.lstsq(S.T, more_values.T).solution.T @ S
+    assert (best - more_values).abs().max() > 1e-3

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config import CONF_DIR
 from harness.failures import LAST_SWEEP, NEW_RUN_DIRS
 from harness.status import status_of, tally
 from harness.sweep import describe_sweep, records_of
@@ -30,7 +32,10 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
     lines += list(config.hydra.overrides.task)
     counts: dict[str, int] = {}
     for override in OverridesParser.create().parse_overrides(lines):
-        if override.is_sweep_override():
+        if override.value_type == ValueType.GLOB_CHOICE_SWEEP:  # model=glob(*): a group's files
+            options = sorted(p.stem for p in (CONF_DIR / override.key_or_group).glob("*.yaml"))
+            counts[override.key_or_group] = len(override.value().filter(options))
+        elif override.is_sweep_override():
             counts[override.key_or_group] = len(list(override.sweep_string_iterator()))
         else:
             counts[override.key_or_group] = 1

@@ -5,11 +5,12 @@ standard deviation, count), picks the best learning rate per point by validation
 where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, the figures that the
 sweep's varied parameters call for (`acc_vs_seq_len.png`, `acc_vs_<task parameter>.png` for
 each other varied numeric task parameter such as `num_kv_pairs`, one of the two where they
-are functions of each other; `acc_vs_state.png`, `acc_vs_load.png`, `acc_vs_test_length.png`,
-`needle_heatmap.png`, `copy_vs_length.png`) and `report.html` (one self-contained page: the
-verdicts, the figures with their captions, the table, the failed jobs, the provenance and the
-settings). Panels split by the parameters the sweep's commands swept (`sweep.json`: `swept`).
-The table is printed, and everything is logged to one W&B run per sweep in the sweep's
+are functions of each other; `acc_vs_state.png`, `acc_vs_load.png`, `capacity_vs_state.png`,
+`acc_vs_test_length.png`, `needle_heatmap.png`, `copy_vs_length.png`) and `report.html` (one
+self-contained page: the verdicts, the figures with their captions, the table, the failed
+jobs, the provenance and the settings). Panels split by the parameters the sweep's commands
+swept (`sweep.json`: `swept`). The table is printed (with each mixer's capacity law, when
+its runs give one), and everything is logged to one W&B run per sweep in the sweep's
 project."""
 
 from collections import Counter
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 
 from common.checks import is_real
 from harness.report.budget import budget
+from harness.report.capacity_law import capacity_figure, capacity_laws, capacity_runs, law_notes
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -107,6 +109,11 @@ def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], l
     return renamed, [key for key in point_keys if key not in named]
 
 
+def variant_names(points: list[Point], point_keys: list[str]) -> list[str]:
+    """Each point's model as the figures name it (`variants`: "linear taylor"), in order."""
+    return [p.model for p in variants(points, point_keys)[0]]
+
+
 def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None) -> list[str]:
     """The x axes that are not the same plot: of two parameters each a function of the other
     (retrieval_gap's seq_len = 8 x pairs) one is kept, the one swept (`chosen`), else the one
@@ -126,11 +133,13 @@ def draw(
     one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
     `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
     unknown)."""
+    runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
     points, point_keys = variants(points, point_keys)
     subtitle = budget(rows)
     axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
     figures = {
         "acc_vs_load": load_figure(points, point_keys, rows),  # the headline where there is one
+        "capacity_vs_state": capacity_figure(runs, rows),
         **{
             f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
                 points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
@@ -182,7 +191,10 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
     for name, figure in draw(points, point_keys, rows, description.get("swept")).items():
         save(figure, out / f"{name}.png")
         figures.append(out / f"{name}.png")
-    table = point_rows(points, point_keys, lr_grid)
+    names = variant_names(points, point_keys)
+    laws = capacity_laws(capacity_runs(points, point_keys, rows, names))
+    notes.extend(law_notes(laws))
+    table = point_rows(points, point_keys, lr_grid, laws, names)
     problems = problem_rows(rows, description.get("swept") or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows)

@@ -1,19 +1,31 @@
 """The report's tables: one row per point (sorted numerically), the frontier (accuracy and
 state per job), and the jobs that did not finish with their error."""
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.capacity import shown
+from harness.power_law import PowerLaw
 from harness.report.points import Point, sort_key
 from harness.status import OK
 
 KIB = 1024
 
 
-def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> list[dict]:
+def point_rows(
+    points: list[Point],
+    point_keys: list[str],
+    lr_grid: bool,
+    laws: Mapping[str, PowerLaw] | None = None,
+    names: Sequence[str] | None = None,
+) -> list[dict]:
     """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
-    blank for one seed), counts, convergence, baselines, accuracy at each test length, and the
-    note when not ok; numbers at full precision (`table.csv`; printing rounds)."""
+    blank for one seed), counts, convergence, baselines, accuracy at each test length, the
+    load-curve readouts, and the note when not ok; numbers at full precision (`table.csv`;
+    printing rounds). With `laws` (each mixer's capacity law, `harness.power_law`, keyed by
+    the names in `names`, aligned with `points`, default each point's model) the column
+    `b (90% CI)` gives the mixer's exponent on each of its rows."""
+    law_of = dict(zip(map(id, points), names or [p.model for p in points], strict=True))
     lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
     baselines = sorted({name for p in points for name in p.baselines})
     rows = []
@@ -34,6 +46,9 @@ def point_rows(points: list[Point], point_keys: list[str], lr_grid: bool) -> lis
         row.update({f"acc@T={n}": p.by_length.get(n) for n in lengths})
         if any(q.capacity for q in points):
             row.update(capacity_columns(p.capacity))
+        if laws:
+            law = laws.get(law_of[id(p)])
+            row["b (90% CI)"] = law.shown() if law else None
         row["status"] = p.status
         row["note"] = p.note
         rows.append(row)

@@ -4,7 +4,9 @@ one panel per value of every other parameter the reader swept, reference lines f
 the binding-free baselines (coinciding ones drawn once), each seed a point where there are
 three or fewer, and failed or diverged points marked with x and the reason."""
 
+import math
 from collections import Counter, defaultdict
+from dataclasses import replace
 from typing import Any
 
 from matplotlib import patheffects
@@ -35,6 +37,47 @@ REFERENCE_LINE = dict(linewidth=6, markersize=12, zorder=2, alpha=0.4)
 """Softmax under the others, wider and lighter: a coloured line lying on it stays visible,
 and so does the band around it."""
 HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
+MARKED = 12
+"""Most markers on one line (beyond the ends of each converged or not-converged stretch): a
+marker at each of 45 string lengths hides the line's shape under them."""
+
+
+def marked(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
+    """The indices of a line's points (x ascending) that get a marker: all of them up to
+    `MARKED`; else the nearest point to each of `MARKED` places spread evenly along the x axis
+    (in log x on a log axis) from the first point to the last, and the first and last point of
+    every stretch of equal `hollow` (not converged), so that each stretch shows what it is."""
+    n = len(hollow)
+    if n <= MARKED:
+        return list(range(n))
+    if not all(isinstance(x, int | float) for x in xs):
+        at = [float(i) for i in range(n)]  # not numbers: spread over the points' order
+    else:
+        at = [math.log(x) for x in xs] if log_x and min(xs) > 0 else [float(x) for x in xs]
+    places = [at[0] + (at[-1] - at[0]) * i / (MARKED - 1) for i in range(MARKED)]
+    even = {min(range(n), key=lambda i, t=t: abs(at[i] - t)) for t in places}
+    edges = {j for i in range(1, n) if hollow[i] != hollow[i - 1] for j in (i - 1, i)}
+    return sorted(even | edges)
+
+
+def along(points: list[Point], key: str, accuracies) -> list[Point]:
+    """Each ok point once per value of one slice of its test set (`accuracies(point)`:
+    {value: accuracy}, the seeds' mean), that accuracy as its test accuracy and the value as
+    parameter `key`. The seeds' own accuracies at each value are not in a point, so only
+    their mean is drawn (no seed points or bars)."""
+    return [
+        replace(
+            p,
+            test_acc=acc,
+            test_acc_std=None,
+            seed_accs=[],
+            seeds=min(p.seeds, 1),
+            params={**p.params, key: value},
+        )
+        for p in points
+        if p.status == OK
+        for value, acc in sorted(accuracies(p).items())
+    ]
 
 
 def panels(points: list[Point], keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -182,11 +225,14 @@ def draw_models(
     annotate: list[str] = (),
     apart: list[str] = (),
     dodge: bool = False,
+    log_x: bool = True,
 ) -> None:
     """One line per model through its ok points (hollow: not converged; three seeds or fewer:
     each seed a small point; more: error bars of one std), and an x at the bottom for each
     failed or diverged point, with the reason. Softmax is a wide band under the others;
-    `dodge` (log x axes) moves coinciding points of other models apart (`Dodge`)."""
+    `dodge` (log x axes) moves coinciding points of other models apart (`Dodge`). A line of
+    many points carries markers at some of them only (`marked`; `log_x`: spread along a log
+    axis), its line drawn through all."""
     labels, dodged = Labels(ax), Dodge()
     for model, note, mine in series(points, list(apart)):
         mine.sort(key=lambda p: sort_key(get_x(p)))
@@ -200,15 +246,22 @@ def draw_models(
         if ok:
             xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
             errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
+            shown = marked([p.converged is False for p in ok], xs, log_x)
             drawn = ax.errorbar(
-                xs, ys, yerr=errors if any(errors) else None, capsize=3, **style, **look
+                xs,
+                ys,
+                yerr=errors if any(errors) else None,
+                capsize=3,
+                markevery=shown,
+                **style,
+                **look,
             )
             drawn.lines[0].set_gid(f"model:{name}")
             if model != REFERENCE:
                 drawn.lines[0].set_path_effects(HALO)
             on_top = drawn.lines[0].get_zorder()
             draw_seeds(ax, ok, lambda p, at=at: at[id(p)], model, on_top)
-            hollow = [p for p in ok if p.converged is False]
+            hollow = [ok[i] for i in shown if ok[i].converged is False]
             ax.plot(
                 [at[id(p)] for p in hollow],
                 [get_y(p) for p in hollow],
@@ -392,8 +445,10 @@ def finish(
 
 
 def length_figure(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
-    """Accuracy against test length from one run (`task.eval_seq_lens`), the training length
-    marked; one panel per value of the other varied parameters."""
+    """Accuracy against test length from one run (`task.eval_seq_lens`), drawn as every
+    figure's lines (`draw_models`: the reference's band, hollow where the run had not
+    converged), the training length marked; one panel per value of the other varied
+    parameters."""
     tested = [p for p in points if len(p.by_length) > 1 or (p.status != OK and p.by_length)]
     if not tested:
         return None
@@ -401,10 +456,8 @@ def length_figure(points: list[Point], point_keys: list[str], subtitle: str = ""
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in tested if in_panel(p, task, values)]
-        for p in mine:
-            lengths = sorted(p.by_length)
-            style = dict(color=colour(p.model), marker=marker(p.model), linewidth=1.6)
-            ax.plot(lengths, [p.by_length[n] for n in lengths], gid=f"model:{p.model}", **style)
+        lines = along(mine, "test_length", lambda p: p.by_length)
+        draw_models(ax, lines, lambda q: q.get("test_length"), lambda q: q.test_acc)
         trained = {p.seq_len for p in mine} - {None}
         for length in trained:
             ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
@@ -413,7 +466,8 @@ def length_figure(points: list[Point], point_keys: list[str], subtitle: str = ""
         ax.set_xlabel(AXIS_TITLES["test_length"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+    drawn = along(tested, "test_length", lambda p: p.by_length)
     finish(
-        fig, axes, tested, "Accuracy against test length", [], train_length=True, subtitle=subtitle
+        fig, axes, drawn, "Accuracy against test length", [], train_length=True, subtitle=subtitle
     )
     return fig

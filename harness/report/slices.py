@@ -1,13 +1,12 @@
 """Figures of sliced accuracy: the needle's depth x length heatmap, and copy accuracy against
 string length (the `test/acc_by/<slice>/<value>` metrics of each point)."""
 
-from dataclasses import replace
-
 import numpy as np
 from matplotlib.figure import Figure
 
 from harness.report.baselines import coinciding
 from harness.report.figures import (
+    along,
     baseline_curves,
     draw_baselines,
     draw_models,
@@ -126,17 +125,14 @@ def copy_figure(points: list[Point], point_keys: list[str], subtitle: str = "") 
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in copy if in_panel(p, task, values)]
-        by_length = [
-            replace(p, test_acc=acc, test_acc_std=None, params={**p.params, "copy_len": n})
-            for p in mine
-            if p.status == OK
-            for n, acc in slice_values(p, "copy_len").items()
-        ]
-        draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc)
+        by_length = along(mine, "copy_len", lambda p: slice_values(p, "copy_len"))
+        draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc, log_x=False)
         draw_baselines(ax, mine, None, coinciding(baseline_curves(copy, None)))
         ax.set_xlabel(AXIS_TITLES["copy_len"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
     unplaced = [p for p in copy if p.status != OK]
-    finish(fig, axes, copy, "Copying: accuracy against string length", unplaced, subtitle=subtitle)
+    drawn = [*along(copy, "copy_len", lambda p: slice_values(p, "copy_len")), *unplaced]
+    title = "Copying: accuracy against string length"
+    finish(fig, axes, drawn, title, unplaced, subtitle=subtitle)
     return fig

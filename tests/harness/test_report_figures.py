@@ -3,17 +3,55 @@ legend entry for equal baselines, one figure per question and panels only by swe
 parameters, seeds as points, labels written once, the heatmap's size and floor, the budget."""
 
 import json
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
 
 from harness.report import draw
+from harness.report.figures import MARKED, marked
 from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
 from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
 from harness.sweep import load_sweep, sweep_description
 from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
+
+COPY_LENGTHS = range(4, 49)
+"""`experiment=copy_length`: every string length from 4 to 48, 45 values in one run."""
+
+
+def copy_length(folder: Path, seeds: int = 1) -> Path:
+    """`experiment=copy_length`'s shape: softmax and Based flat and converged, DeltaNet and
+    linear (in waves) falling with the string's length and not converged (the budget ran
+    out), each run's accuracy at each of the 45 lengths (`test/acc_by/copy_len/<L>`)."""
+    fall = {"softmax": (0.0, True), "based": (0.02, True), "deltanet": (0.07, False)}
+    fall["linear"] = (0.45, False)
+    records = []
+    for model, (drop, converged) in fall.items():
+        for seed in range(seeds):
+            by_length = {
+                f"test/acc_by/copy_len/{n}": 0.995
+                - drop * (n - 4) / 44
+                - (0.05 * math.sin(n / 3) if model == "linear" else 0.0)
+                - 0.01 * seed
+                for n in COPY_LENGTHS
+            }
+            acc = sum(by_length.values()) / len(by_length)
+            r = record(
+                model,
+                task="copy",
+                seq_len=128,
+                seed=seed,
+                acc=acc,
+                metrics=by_length,
+                converged=converged,
+                task_params={"copy_len": 48, "min_copy_len": 4},
+                baselines={"chance": 0.034, "in_context": 0.059},
+            )
+            r["config"]["trainer"]["max_steps"] = 2000
+            records.append(r)
+    return write_sweep(folder, records)
 
 
 def figures_of(sweep: Path) -> dict:
@@ -166,3 +204,74 @@ def test_every_figure_states_its_budget(tmp_path: Path) -> None:
         assert "steps" in subtitle and "d_model 64" in subtitle and "lr " in subtitle, name
     gap = figures_of(retrieval_gap(tmp_path / "gap2"))["acc_vs_state"]
     assert "1500 steps, lr best of [0.003, 0.01], d_model 64" in gap._suptitle.get_text()
+
+
+def drawn_markers(line) -> list:
+    """The x of each marker a line draws (all its points unless `markevery` picks some)."""
+    every = line.get_markevery()
+    xs = list(line.get_xdata())
+    return xs if every is None else [xs[i] for i in every]
+
+
+def test_a_line_of_45_points_shows_its_shape_and_what_hollow_means(tmp_path: Path) -> None:
+    figure = figures_of(copy_length(tmp_path / "sweep"))["copy_vs_length"]
+    ax = figure.axes[0]
+    models = by_gid(ax, "model")
+    hollow = {k: v for k, v in by_gid(ax, "not converged").items() if len(v.get_xdata())}
+    for name, line in models.items():
+        assert list(line.get_xdata()) == list(COPY_LENGTHS), name  # the line through every L
+        assert line.get_linestyle() == "-" and line.get_linewidth() > 1, name
+        marks = drawn_markers(line)
+        assert len(marks) <= MARKED and (marks[0], marks[-1]) == (4, 48), name
+        gaps = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        assert max(gaps) <= 2 * 44 / (MARKED - 1), name  # spread along the axis
+    # the two runs that had not converged: hollow at their markers, and only there
+    assert sorted(hollow) == ["deltanet", "linear"]
+    for name, line in hollow.items():
+        assert list(line.get_xdata()) == drawn_markers(models[name])
+        assert line.get_markerfacecolor() == "white"
+    (entry,) = [h for h in figure.legends[0].legend_handles if h.get_label() == "not converged"]
+    assert entry.get_markerfacecolor() == "white"
+
+
+def test_a_sliced_line_of_two_seeds_draws_no_seed_points_it_does_not_have(tmp_path) -> None:
+    """The record holds each seed's overall accuracy, not its accuracy at each length."""
+    figure = figures_of(copy_length(tmp_path / "sweep", seeds=2))["copy_vs_length"]
+    assert not by_gid(figure.axes[0], "seeds")
+    assert not figure.axes[0].collections  # no bars either
+    assert "small points: seeds; line: their mean" not in legend_texts(figure)
+    linear = by_gid(figure.axes[0], "model")["linear"]
+    assert linear.get_ydata()[-1] == pytest.approx(0.995 - 0.45 - 0.05 * math.sin(16) - 0.005)
+
+
+def test_marked_points_include_each_end_of_a_not_converged_stretch() -> None:
+    assert marked([True] * 5, [1, 2, 3, 4, 5]) == [0, 1, 2, 3, 4]
+    hollow = [20 <= i <= 23 for i in range(45)]
+    shown = marked(hollow, list(range(4, 49)), log_x=False)
+    assert {19, 20, 23, 24} <= set(shown) and len(shown) <= MARKED + 4
+    # on a log axis the markers are spread in log x: as many in 32-181 as in 181-1024
+    lengths = [32 * 2 ** (k / 8) for k in range(41)]
+    logged = [lengths[i] for i in marked([False] * 41, lengths)]
+    assert abs(sum(x < 181 for x in logged) - sum(x > 181 for x in logged)) <= 1
+
+
+def test_test_length_curve_of_a_run_that_had_not_converged_is_hollow(tmp_path: Path) -> None:
+    lengths = [16 * k for k in range(2, 47)]
+    records = []
+    for model, converged in (("softmax", True), ("linear", False)):
+        by_length = {f"test/acc_by/seq_len/{n}": 0.95 - n / 1000 for n in lengths}
+        by_length["test/acc_by/seq_len/64"] = 0.9
+        params = {"eval_seq_lens": lengths}
+        records.append(
+            record(model, acc=0.9, metrics=by_length, converged=converged, task_params=params)
+        )
+    figure = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_test_length"]
+    ax = figure.axes[0]
+    models = by_gid(ax, "model")
+    assert list(models["linear"].get_xdata()) == lengths
+    assert models["softmax"].get_linewidth() > 2 * models["linear"].get_linewidth()  # the band
+    assert len(drawn_markers(models["linear"])) <= MARKED
+    assert list(by_gid(ax, "not converged")["linear"].get_xdata()) == drawn_markers(
+        models["linear"]
+    )
+    assert "not converged" in legend_texts(figure)

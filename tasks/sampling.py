@@ -101,8 +101,8 @@ def sample_sorted_subsets(
     One vectorised draw for rows of different sizes: Floyd's algorithm run on every row at
     once, step i of row r drawing from [0, populations[r] - counts[r] + i] (rows with
     counts[r] <= i sit it out), when width is small next to the populations; otherwise the
-    `width` smallest of populations[r] uniform scores (the rest of the row scored 2, above
-    every uniform score), of which any counts[r] are a uniform counts[r]-subset. `method`:
+    columns of the counts[r] smallest of populations[r] uniform scores (the rest of the row
+    scored 2, above every uniform score), a uniform counts[r]-subset. `method`:
     "floyd", "scores", or "auto" (floyd when width^2 <= 20 * min(populations))."""
     rows, top = populations.shape[0], int(populations.max())
     if method == "auto":
@@ -120,9 +120,22 @@ def sample_sorted_subsets(
         return np.sort(picked, axis=1)
     scores = rng.random((rows, top))
     np.copyto(scores, 2.0, where=np.arange(top)[None, :] >= populations[:, None])
-    picked = np.argsort(scores, axis=1)[:, :width]
-    np.copyto(picked, top, where=np.arange(width)[None, :] >= counts[:, None])
-    return np.sort(picked, axis=1)
+    # The counts[r] smallest scores of row r are those <= its counts[r]-th smallest, and
+    # their columns, read in order, come ascending: a sort of the values and one threshold
+    # per row, not an argsort. A tie at a threshold (a chance of about top^2 / 2^53 per row)
+    # would pick more than counts[r]: then the argsort decides, as it would without ties.
+    threshold = np.sort(scores, axis=1)[np.arange(rows), np.maximum(counts - 1, 0)]
+    threshold[counts == 0] = -1.0  # below every score: the row picks nothing
+    chosen = np.flatnonzero(scores <= threshold[:, None])  # flat in [rows, top], row by row
+    if chosen.size != int(counts.sum()):
+        picked = np.argsort(scores, axis=1)[:, :width]
+        np.copyto(picked, top, where=np.arange(width)[None, :] >= counts[:, None])
+        return np.sort(picked, axis=1)
+    row = np.repeat(np.arange(rows), counts)
+    rank = np.arange(chosen.size) - (np.cumsum(counts) - counts)[row]  # its place in the row
+    picked = np.full((rows, width), top, dtype=np.int64)
+    picked[row, rank] = chosen - row * top
+    return picked
 
 
 def sample_excluding(

@@ -32,6 +32,7 @@ recurrences) cannot select, and a fixed-size state loses tokens once k outgrows 
 """
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from common.checks import require_int
 from tasks import register
@@ -99,7 +100,12 @@ class SelectiveCopy(PerRowLoadTask):
         self, out: dict[str, np.ndarray], rng: np.random.Generator, k: np.ndarray
     ) -> None:
         """Row r copies k[r] tokens: data drawn for the largest k, row r keeps its first k[r]
-        and places them at a uniform sorted k[r]-subset of its own context T - k[r]."""
+        and places them at a uniform sorted k[r]-subset of its own context T - k[r].
+
+        The last m positions of row r hold, right-aligned, its SEP and copy (k[r] of them):
+        each is a window starting at column k[r] of a row of length 2m that holds m columns
+        of padding and then the m values the positions would hold at k = m, so the copy is
+        one gather of m contiguous values per row (no per-position index arithmetic)."""
         inputs = out["inputs"]
         rows, length = inputs.shape
         m, fewest = int(k.max()), int(k.min())
@@ -115,15 +121,17 @@ class SelectiveCopy(PerRowLoadTask):
         # padding columns of `where` hold T - fewest: in every row, SEP or the copy, both
         # written below
         np.put_along_axis(inputs, where, data, axis=1)
-        inputs[np.arange(rows), context] = SEP
-        # the last m positions: position T - m + c of row r holds copy index c - (m - k[r])
-        index = np.arange(m)[None, :] - (m - k)[:, None]
-        answers = np.take_along_axis(data, np.maximum(index, 0), axis=1)
-        out["labels"][:, length - m :] = np.where(index >= 0, answers, IGNORE)
-        out["copy_position"][:, length - m :] = np.where(index >= 0, index, -1)
-        shown = np.take_along_axis(data, np.maximum(index - 1, 0), axis=1)  # s_j at SEP + 1 + j
-        tail = inputs[:, length - m :]
-        tail[:] = np.where(index >= 1, shown, tail)
+        # tail column c of row r is column c + k[r] of its padded row
+        chosen = np.arange(rows), k
+        padded = np.empty((rows, 2 * m), dtype=np.int64)
+        padded[:, :m], padded[:, m:] = IGNORE, data
+        out["labels"][:, length - m :] = sliding_window_view(padded, m, axis=1)[chosen]
+        padded[:, m] = SEP
+        padded[:, m + 1 :] = data[:, : m - 1]
+        shown = sliding_window_view(padded, m, axis=1)[chosen]
+        np.copyto(inputs[:, length - m :], shown, where=shown != IGNORE)
+        index = np.concatenate([np.full(m, -1), np.arange(m)])
+        out["copy_position"][:, length - m :] = sliding_window_view(index, m)[k]
 
     def _fill_at(self, out: dict[str, np.ndarray], rng: np.random.Generator, k: int) -> None:
         """Every row copies k tokens."""

@@ -110,3 +110,40 @@ def test_sorted_subsets_of_rows_of_different_sizes_are_uniform(width: int, metho
         found = np.array([np.sum(np.all(rows[:, :count] == s, axis=1)) for s in subsets])
         assert found.sum() == len(rows)
         assert_close_counts(found, np.full(len(subsets), 1 / len(subsets)), len(rows))
+
+
+class FixedScores:
+    """A stand-in for the generator whose `random` returns the given scores."""
+
+    def __init__(self, scores: np.ndarray) -> None:
+        self.scores = scores
+
+    def random(self, shape: tuple[int, int]) -> np.ndarray:
+        assert shape == self.scores.shape
+        return self.scores.copy()
+
+
+def argsort_subsets(scores: np.ndarray, populations, counts, width: int) -> np.ndarray:
+    """The definition: the columns of the counts[r] smallest scores of row r (the row's
+    columns from populations[r] on excluded), ascending, padded with max(populations)."""
+    top = scores.shape[1]
+    scores = np.where(np.arange(top) >= populations[:, None], 2.0, scores)
+    picked = np.argsort(scores, axis=1)[:, :width]
+    return np.sort(np.where(np.arange(width) >= counts[:, None], top, picked), axis=1)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_sorted_subsets_by_scores_are_the_smallest_scores_columns(tie: bool) -> None:
+    """The scores method picks exactly the columns of each row's counts[r] smallest scores
+    (rows with count 0 included); with a tie at a row's threshold, counts[r] of them still."""
+    rng = np.random.default_rng(4)
+    populations = rng.integers(12, 30, size=500)
+    counts = rng.integers(0, 11, size=500)
+    scores = rng.random((500, 29))
+    if tie:  # row 0: its 3rd and 4th smallest scores equal
+        populations[0], counts[0] = 29, 3
+        scores[0, :5] = [0.1, 0.2, 0.3, 0.3, 0.05]
+        scores[0, 5:] = 0.5
+    out = sample_sorted_subsets(FixedScores(scores), populations, counts, 10, "scores")
+    assert np.array_equal(out, argsort_subsets(scores, populations, counts, 10))
+    assert np.all((out < 29).sum(axis=1) == counts)

@@ -145,40 +145,47 @@ class AssocRecall(Task):
         Row r holds n_r pairs (`draw_loads`; all equal for a single load): keys and values
         are drawn for the largest load m of the chunk and row r keeps its first n_r (the
         first n_r of a uniformly ordered m-subset are a uniformly ordered n_r-subset); its
-        slots are the first n_r of m draws among its own (T - 2 n_r) // 2 slots."""
+        slots are the first n_r of m draws among its own (T - 2 n_r) // 2 slots. Only the
+        pairs a row keeps are written: one scatter per array over the kept pairs' flat
+        positions, so a range writes no more per token than a single load."""
         vocab, half, length = self.vocab_size, self.vocab_size // 2, self.seq_len
         inputs = out["inputs"]
         rows = inputs.shape[0]
         n = self.draw_loads(rng, rows)
         m, fewest = int(n.max()), int(n.min())
-        method = "auto" if m == fewest else "auto_permutation"
+        ranged = m > fewest
+        method = "auto_permutation" if ranged else "auto"
         keys = 1 + sample_distinct(rng, rows, half - 1, m, method)
         values = half + sample_distinct(rng, rows, vocab - half, m, method)
         kept = np.arange(m) < n[:, None]  # [rows, m]: the pairs each row keeps
         # filler after the shortest context; 0 (never emitted) stands for a pair not kept
-        held = keys if m == fewest else np.where(kept, keys, 0)
+        held = np.where(kept, keys, 0) if ranged else keys
         inputs[:, 2 * fewest :] = sample_excluding(rng, (rows, length - 2 * fewest), 1, vocab, held)
         # Column j = the slot of key j; slot i (0-based) is the gap i + 1 of the power law.
         num_slots = (length - 2 * n) // 2
         weights = np.arange(1, num_slots.max() + 1, dtype=np.float64) ** (self.power_a - 1.0)
-        slots = sample_weighted_distinct(rng, weights, rows, m, None if m == fewest else num_slots)
-        order = np.argsort(np.argsort(np.where(kept, slots, slots.max() + 1), axis=1), axis=1)
-        block = np.empty((rows, 2 * m), dtype=np.int64)  # k1 v1 k2 v2 ...
-        block[:, 0::2], block[:, 1::2] = keys, values
-        head = inputs[:, : 2 * m]
-        head[:] = block if m == fewest else np.where(np.repeat(kept, 2, axis=1), block, head)
-        # a pair a row does not keep repeats the row's first query: the same writes twice
-        at = 2 * n[:, None] + 2 * slots
-        if m > fewest:
-            at, keys, values, order = (
-                np.where(kept, a, a[:, :1]) for a in (at, keys, values, order)
-            )
-        put = np.put_along_axis
-        put(inputs, at, keys, axis=1)
+        slots = sample_weighted_distinct(rng, weights, rows, m, num_slots if ranged else None)
+        # query_order: the rank of each kept slot among its row's kept slots (the inverse of
+        # the permutation that sorts them; pairs not kept sort last)
+        by_time = np.argsort(np.where(kept, slots, slots.max() + 1) if ranged else slots, axis=1)
+        order = np.empty_like(by_time)
+        np.put_along_axis(order, by_time, np.arange(m)[None, :], axis=1)
+        head = inputs[:, : 2 * m]  # k1 v1 k2 v2 ...: the kept pairs over the filler
+        if ranged:
+            np.copyto(head[:, 0::2], keys, where=kept)
+            np.copyto(head[:, 1::2], values, where=kept)
+        else:
+            head[:, 0::2], head[:, 1::2] = keys, values
+        # flat positions (row-major in the chunk) of the kept pairs' queries
+        at = 2 * n[:, None] + 2 * slots + (np.arange(rows) * length)[:, None]
+        picked = kept.ravel() if ranged else slice(None)
+        at, keys, values, order = (a.ravel()[picked] for a in (at, keys, values, order))
+        np.put(inputs, at, keys)
         if self.layout == "teacher_forced":
-            put(inputs, at + 1, values, axis=1)
-        put(out["labels"], at, values, axis=1)
-        put(out["query_index"], at, np.where(kept, np.arange(m), 0), axis=1)
-        put(out["query_order"], at, order, axis=1)
+            np.put(inputs, at + 1, values)
+        np.put(out["labels"], at, values)
+        pair = np.broadcast_to(np.arange(m), (rows, m))
+        np.put(out["query_index"], at, pair[kept] if ranged else pair)
+        np.put(out["query_order"], at, order)
         if self.has_load_range:
             out["num_kv_pairs"][:] = n

@@ -30,14 +30,16 @@ from harness.report.style import (
 
 
 def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
-    """The ok rows behind `point`: its task, model, parameters and chosen learning rate."""
+    """The ok rows behind `point`: its task, model, parameters (those of `point_keys` and
+    those a variant's name was made of, `linear elu`) and chosen learning rate."""
+    keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
     return [
         row
         for row in rows
         if row.get("status") == "ok"
         and row.get("task") == point.task
         and row.get("model") == point.model.split(" ")[0]
-        and all(as_key(row.get(k)) == as_key(point.get(k)) for k in point_keys)
+        and all(as_key(row.get(k)) == as_key(point.get(k)) for k in keys)
         and (point.lr is None or row.get("optim.lr") == point.lr)
     ]
 

@@ -35,6 +35,14 @@ CAPTIONS = {
         "one that differs between separate commands (a raised budget) is a dashed line of its "
         "own, named beside its points." + READING
     ),
+    "capacity_vs_state": (
+        "The capacity law: capacity.n90 (the most key-value pairs recalled at 90%) against the "
+        "state's floats per layer, log-log, one colour per mixer, each seed a point. The line "
+        "is the power law n90 = a * floats^b fitted to the capacity-limited runs whose n90 is "
+        "measured (b and its 90% t interval in the legend); hollow points (training_limited) "
+        "and arrows (a lower bound: held at the largest tested load) are not fitted. Dashed: "
+        "each mixer's rank bound, H x D bindings per layer (docs/background.md, section 17)."
+    ),
     "acc_vs_state": (
         "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "
         "model must keep to produce the next token (softmax: its KV cache, 2 x length x "

@@ -94,3 +94,19 @@ def test_a_sweep_of_load_curves_reports_the_figure_and_the_readout(tmp_path) -> 
     assert by_model["linear"]["verdict"] == "capacity_limited"
     assert by_model["linear"]["n90"].count(",") == 1  # each seed's readout
     assert by_model["softmax"]["seeds"] == 2 and by_model["softmax"]["std"] == 0.0
+
+
+def test_a_variants_seeds_are_its_own_runs() -> None:
+    """`linear elu` and `linear taylor` (variants named by `model.feature_map`) each get the
+    runs of their own feature map, not every run of `linear`."""
+    from harness.report.load_curve import seeds_of
+
+    rows = [
+        {**run("linear", LINEAR, "capacity_limited", 9.0, seed), "model.feature_map": name}
+        for name in ("elu", "taylor")
+        for seed in (0, 1)
+    ]
+    for name in ("elu", "taylor"):
+        variant = Point("assoc_recall", f"linear {name}", {"model.feature_map": name}, "ok")
+        seeds = seeds_of(variant, rows, point_keys=[])
+        assert [(r["model.feature_map"], r["seed"]) for r in seeds] == [(name, 0), (name, 1)]

@@ -33,6 +33,7 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
         "bytes_per_layer": 4 * floats,
         "bytes_total": 2 * 4 * floats,
         "grows_with_seq_len": True,
+        "rank_bound_per_layer": 24,  # the KV cache keeps every token
     }
     train = saved["train"]
     assert train["stopped_by"] == "early_stop_acc" and train["converged"] is True

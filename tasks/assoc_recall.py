@@ -168,8 +168,9 @@ class AssocRecall(Task):
         # query_order: the rank of each kept slot among its row's kept slots (the inverse of
         # the permutation that sorts them; pairs not kept sort last)
         by_time = np.argsort(np.where(kept, slots, slots.max() + 1) if ranged else slots, axis=1)
+        by_time += (np.arange(rows) * m)[:, None]  # flat in [rows, m]
         order = np.empty_like(by_time)
-        np.put_along_axis(order, by_time, np.arange(m)[None, :], axis=1)
+        order.reshape(-1)[by_time.reshape(-1)] = np.tile(np.arange(m), rows)
         head = inputs[:, : 2 * m]  # k1 v1 k2 v2 ...: the kept pairs over the filler
         if ranged:
             np.copyto(head[:, 0::2], keys, where=kept)
@@ -177,15 +178,16 @@ class AssocRecall(Task):
         else:
             head[:, 0::2], head[:, 1::2] = keys, values
         # flat positions (row-major in the chunk) of the kept pairs' queries
-        at = 2 * n[:, None] + 2 * slots + (np.arange(rows) * length)[:, None]
-        picked = kept.ravel() if ranged else slice(None)
-        at, keys, values, order = (a.ravel()[picked] for a in (at, keys, values, order))
+        at = 2 * slots
+        at += (2 * n + np.arange(rows) * length)[:, None]
+        picked = np.flatnonzero(kept) if ranged else slice(None)
+        at, keys, values, order = (a.reshape(-1)[picked] for a in (at, keys, values, order))
         np.put(inputs, at, keys)
         if self.layout == "teacher_forced":
             np.put(inputs, at + 1, values)
         np.put(out["labels"], at, values)
-        pair = np.broadcast_to(np.arange(m), (rows, m))
-        np.put(out["query_index"], at, pair[kept] if ranged else pair)
+        pair = picked % m if ranged else np.broadcast_to(np.arange(m), (rows, m))
+        np.put(out["query_index"], at, pair)
         np.put(out["query_order"], at, order)
         if self.has_load_range:
             out["num_kv_pairs"][:] = n

@@ -12,6 +12,8 @@ ROW_BUDGET = 1 << 20
 """Elements per chunk of a [rows, seq_len] array (8 MiB of int64)."""
 BITMAP_BUDGET = 1 << 24
 """Elements per chunk of a [rows, vocab_size] bitmap (16 MiB of bool)."""
+EXCLUDE_BLOCK = 1 << 16
+"""Draws per block of `sample_excluding`'s first check (512 KiB of int64 index)."""
 
 
 def chunk_rows(seq_len: int, vocab_size: int) -> int:
@@ -40,9 +42,15 @@ def sample_weighted_distinct(
     first sizes[r] entries only (the others get the score +inf).
     """
     size = weights.shape[0]
-    scores = rng.standard_exponential(size=(num_rows, size)) * (1.0 / weights)[None, :]
+    scale = 1.0 / weights  # [size]; with sizes, row r's copy is +inf from column sizes[r] on
     if sizes is not None:
-        np.copyto(scores, np.inf, where=np.arange(size)[None, :] >= np.asarray(sizes)[:, None])
+        sizes = np.asarray(sizes)
+        fewest = int(sizes.min())
+        table = np.broadcast_to(scale, (size - fewest + 1, size)).copy()  # one per size
+        table[np.arange(size)[None, :] >= np.arange(fewest, size + 1)[:, None]] = np.inf
+        scale = table[sizes - fewest]
+    scores = rng.standard_exponential(size=(num_rows, size))
+    scores *= scale  # E_i / w_i (+inf past a row's size; NaN where E_i = 0: sorted last too)
     if 4 * k >= size:  # dense: one full sort is cheaper than a partition, then a sort
         return np.argsort(scores, axis=1)[:, :k]
     top = np.argpartition(scores, k - 1, axis=1)[:, :k]
@@ -146,6 +154,8 @@ def sample_excluding(
     `excluded` is int [shape[0], m] with entries in [0, high); at least one token of [low, high)
     must stay allowed in each row. Rejection sampling: forbidden draws are redrawn until none is
     left, so every kept token is uniform over the allowed set. Memory: a [rows, high] bitmap.
+    The first check against the bitmap goes a block of rows at a time, so that its index
+    array stays in cache.
     """
     rows, width = shape
     banned = np.zeros((rows, high), dtype=bool)
@@ -153,11 +163,20 @@ def sample_excluding(
     banned.ravel()[(offsets + excluded).ravel()] = True
     banned = banned.ravel()
     out = rng.integers(low, high, size=shape)
-    bad = np.flatnonzero(banned[offsets + out])
+    block = max(1, EXCLUDE_BLOCK // max(1, width))
+    bad = np.concatenate(
+        [
+            np.flatnonzero(banned[offsets[a : a + block] + out[a : a + block]]) + a * width
+            for a in range(0, rows, block)
+        ]
+    )
+    where = (bad // width) * high  # row r's start in the bitmap
+    flat = out.reshape(-1)
     while bad.size:
         redraw = rng.integers(low, high, size=bad.size)
-        out.flat[bad] = redraw
-        bad = bad[banned[(bad // width) * high + redraw]]
+        flat[bad] = redraw
+        still = banned[where + redraw]
+        bad, where = bad[still], where[still]
     return out
 
 

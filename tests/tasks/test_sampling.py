@@ -147,3 +147,34 @@ def test_sorted_subsets_by_scores_are_the_smallest_scores_columns(tie: bool) -> 
     out = sample_sorted_subsets(FixedScores(scores), populations, counts, 10, "scores")
     assert np.array_equal(out, argsort_subsets(scores, populations, counts, 10))
     assert np.all((out < 29).sum(axis=1) == counts)
+
+
+def test_weighted_draws_with_sizes_are_the_race_over_each_rows_own_entries():
+    """With `sizes`, row r is the exponential race over its first sizes[r] entries: the
+    columns of the k smallest E_i / w_i among them, in order, from the generator's own
+    exponentials; and never an entry past sizes[r]."""
+    rng = np.random.default_rng(5)
+    weights = np.arange(1, 41, dtype=np.float64) ** -0.7
+    sizes = rng.integers(6, 41, size=2000)
+    draws = sample_weighted_distinct(np.random.default_rng(6), weights, 2000, 6, sizes)
+    exponentials = np.random.default_rng(6).standard_exponential((2000, 40))
+    scores = np.where(np.arange(40) >= sizes[:, None], np.inf, exponentials / weights)
+    assert np.array_equal(draws, np.argsort(scores, axis=1)[:, :6])
+    assert np.all(draws < sizes[:, None])
+
+
+def test_sample_excluding_is_the_plain_rejection_loop():
+    """Checked a block of rows at a time or not, the draws are those of the plain loop: every
+    token drawn at once, then each forbidden one redrawn in order until none is left."""
+    rows, width, high = 700, 300, 50  # several blocks of the first check
+    excluded = np.random.default_rng(7).integers(0, high, size=(rows, 20))
+    rng = np.random.default_rng(8)
+    expected = rng.integers(1, high, size=(rows, width))
+    banned = np.zeros((rows, high), dtype=bool)
+    banned[np.arange(rows)[:, None], excluded] = True
+    bad = np.flatnonzero(banned[np.arange(rows)[:, None], expected])
+    while bad.size:
+        expected.flat[bad] = rng.integers(1, high, size=bad.size)
+        bad = bad[banned[bad // width, expected.flat[bad]]]
+    out = sample_excluding(np.random.default_rng(8), (rows, width), 1, high, excluded)
+    assert out.dtype == np.int64 and np.array_equal(out, expected)

@@ -84,7 +84,8 @@ def check_group_option(override: Override, options: dict[str, list[str]]) -> Non
         if value is None or str(value) in options[group]:
             continue
         close = difflib.get_close_matches(str(value), options[group], n=1, cutoff=0.5)
-        hint = f"did you mean {group}={close[0]}?" if close else "options: "
+        prefix = "+" if override.is_add() else ""
+        hint = f"did you mean {prefix}{group}={close[0]}?" if close else "options: "
         hint += "" if close else ", ".join(options[group])
         raise BadInput(
             f"{override.input_line} is refused: {value} is not an option of {group} ({hint})"

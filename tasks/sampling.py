@@ -139,10 +139,14 @@ def sample_sorted_subsets(
         picked = np.argsort(scores, axis=1)[:, :width]
         np.copyto(picked, top, where=np.arange(width)[None, :] >= counts[:, None])
         return np.sort(picked, axis=1)
-    row = np.repeat(np.arange(rows), counts)
-    rank = np.arange(chosen.size) - (np.cumsum(counts) - counts)[row]  # its place in the row
+    # the i-th chosen (flat in [rows, top]) goes to flat place i + r * width - first[r] of
+    # [rows, width], first[r] = how many rows before r chose; its column is i - r * top
+    first = np.cumsum(counts) - counts
+    shift = np.repeat(np.arange(rows) * width - first, counts)
     picked = np.full((rows, width), top, dtype=np.int64)
-    picked[row, rank] = chosen - row * top
+    picked.reshape(-1)[np.arange(chosen.size) + shift] = chosen - np.repeat(
+        np.arange(rows) * top, counts
+    )
     return picked
 
 

@@ -120,7 +120,7 @@ class SelectiveCopy(PerRowLoadTask):
             )
         # padding columns of `where` hold T - fewest: in every row, SEP or the copy, both
         # written below
-        np.put_along_axis(inputs, where, data, axis=1)
+        np.put(inputs, where + (np.arange(rows) * length)[:, None], data)
         # tail column c of row r is column c + k[r] of its padded row
         chosen = np.arange(rows), k
         padded = np.empty((rows, 2 * m), dtype=np.int64)

@@ -37,6 +37,14 @@ def experiment_name() -> str | None:
     return HydraConfig.get().runtime.choices.get("experiment")
 
 
+def group_choice(group: str) -> str | None:
+    """The option this run took of a config group (`state_size`: `linear_d16`), if any."""
+    if not HydraConfig.initialized():
+        return None
+    choice = HydraConfig.get().runtime.choices.get(group)
+    return None if choice is None else str(choice)
+
+
 def touched_keys() -> set[str]:
     """The keys this run's command line set (empty outside a Hydra app)."""
     if not HydraConfig.initialized():

@@ -28,7 +28,14 @@ from harness.checkpoint import (
 from harness.console import interrupted, job_line, quiet, show_progress_bar
 from harness.convergence import ConvergenceStop, standard_error
 from harness.failures import interruptible, is_interruption, outcome
-from harness.hydra_job import experiment_name, job_number, output_dir, parallel_jobs, sweep_dir
+from harness.hydra_job import (
+    experiment_name,
+    group_choice,
+    job_number,
+    output_dir,
+    parallel_jobs,
+    sweep_dir,
+)
 from harness.progress import ProgressLines
 from harness.results import (
     append_summary,
@@ -310,5 +317,7 @@ def announce(job: Job, record: dict, note: str = "") -> None:
         position = f"{count_finished_job(job.sweep)}/{description.get('jobs') or '?'}"
     values = {"task.seq_len": record.get("seq_len")}
     values.update(swept_values(record, description.get("swept")))
+    for key, value in values.items():  # a swept group (+state_size=...) is not in the config
+        values[key] = group_choice(key) if value is None else value
     line = job_line(record, values, position)
     print(f"{line}  {note}".rstrip(), flush=True)

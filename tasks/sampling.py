@@ -42,15 +42,13 @@ def sample_weighted_distinct(
     first sizes[r] entries only (the others get the score +inf).
     """
     size = weights.shape[0]
-    scale = 1.0 / weights  # [size]; with sizes, row r's copy is +inf from column sizes[r] on
-    if sizes is not None:
-        sizes = np.asarray(sizes)
-        fewest = int(sizes.min())
-        table = np.broadcast_to(scale, (size - fewest + 1, size)).copy()  # one per size
-        table[np.arange(size)[None, :] >= np.arange(fewest, size + 1)[:, None]] = np.inf
-        scale = table[sizes - fewest]
     scores = rng.standard_exponential(size=(num_rows, size))
-    scores *= scale  # E_i / w_i (+inf past a row's size; NaN where E_i = 0: sorted last too)
+    scores *= 1.0 / weights  # E_i / w_i
+    if sizes is not None:  # +inf past a row's size (only columns from the smallest size on)
+        sizes = np.asarray(sizes)
+        least = int(sizes.min())
+        tail = scores[:, least:]
+        np.copyto(tail, np.inf, where=np.arange(least, size)[None, :] >= sizes[:, None])
     if 4 * k >= size:  # dense: one full sort is cheaper than a partition, then a sort
         return np.argsort(scores, axis=1)[:, :k]
     top = np.argpartition(scores, k - 1, axis=1)[:, :k]
@@ -127,7 +125,9 @@ def sample_sorted_subsets(
             picked[:, i] = np.where(i < counts, draw, top)
         return np.sort(picked, axis=1)
     scores = rng.random((rows, top))
-    np.copyto(scores, 2.0, where=np.arange(top)[None, :] >= populations[:, None])
+    least = int(populations.min())  # columns before it are inside every row's population
+    tail = scores[:, least:]
+    np.copyto(tail, 2.0, where=np.arange(least, top)[None, :] >= populations[:, None])
     # The counts[r] smallest scores of row r are those <= its counts[r]-th smallest, and
     # their columns, read in order, come ascending: a sort of the values and one threshold
     # per row, not an argsort. A tie at a threshold (a chance of about top^2 / 2^53 per row)

@@ -147,7 +147,7 @@ class AssocRecall(Task):
         first n_r of a uniformly ordered m-subset are a uniformly ordered n_r-subset); its
         slots are the first n_r of m draws among its own (T - 2 n_r) // 2 slots. Only the
         pairs a row keeps are written: one scatter per array over the kept pairs' flat
-        positions, so a range writes no more per token than a single load."""
+        positions."""
         vocab, half, length = self.vocab_size, self.vocab_size // 2, self.seq_len
         inputs = out["inputs"]
         rows = inputs.shape[0]

@@ -228,3 +228,19 @@ def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
 
     options = len(list((CONF_DIR / "model").glob("*.yaml")))
     assert sweep_plan(config) == ((options - 1) * 3, ["model", "seed"])
+
+
+def test_a_job_line_names_the_option_of_a_swept_group(tmp_path: Path) -> None:
+    """`+state_size=softmax,linear_d2` is a group, not a key of the config: each job's line
+    names the option it ran (and the model it composed)."""
+    from tests.conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        tmp_path, "-m", "+state_size=softmax,linear_d2", "debug=smoke", f"hydra.sweep.dir={sweep}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if re.match(r"\[\d/2\]", line)]
+    assert len(lines) == 2, result.stdout
+    assert any(" softmax " in line and "state_size=softmax " in line for line in lines), lines
+    assert any(" linear " in line and "state_size=linear_d2 " in line for line in lines), lines

@@ -14,9 +14,27 @@ def joined(values: list) -> str:
     return "/".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values) or "?"
 
 
+def learning_rates(rows: list[dict]) -> str:
+    """`lr 0.002`; `lr best of [0.003, 0.01]` where a model was trained at several rates;
+    `lr 0.01 (linear), 0.003 (deltanet, softmax)` where each model had its own."""
+    lrs = values_of(rows, "optim.lr")
+    if len(lrs) <= 1:
+        return f"lr {joined(lrs)}"
+    by_model: dict[str, list] = {}
+    for row in rows:
+        if row.get("optim.lr") is not None:
+            by_model.setdefault(str(row.get("model")), []).append(row)
+    if any(len(values_of(mine, "optim.lr")) > 1 for mine in by_model.values()):
+        return f"lr best of [{', '.join(f'{v:g}' for v in lrs)}]"
+    models = {
+        lr: sorted(m for m, mine in by_model.items() if values_of(mine, "optim.lr") == [lr])
+        for lr in lrs
+    }
+    return "lr " + ", ".join(f"{lr:g} ({', '.join(names)})" for lr, names in models.items())
+
+
 def budget(rows: list[dict]) -> str:
     """`1500 steps, lr best of [0.003, 0.01], d_model 64` (several values joined by `/`)."""
-    lrs = values_of(rows, "optim.lr")
-    lr = f"lr best of [{', '.join(f'{v:g}' for v in lrs)}]" if len(lrs) > 1 else f"lr {joined(lrs)}"
     steps = joined(values_of(rows, "trainer.max_steps"))
+    lr = learning_rates(rows)
     return f"{steps} steps, {lr}, d_model {joined(values_of(rows, 'backbone.d_model'))}"

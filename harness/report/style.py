@@ -64,8 +64,8 @@ def marker(model: str) -> str:
 
 
 def describe(params: dict[str, Any]) -> str:
-    """`kv pairs=8, d_model=64`."""
-    return ", ".join(f"{short(k)}={v}" for k, v in params.items())
+    """`kv pairs=8, d_model=64` (a parameter the model does not have, None, left out)."""
+    return ", ".join(f"{short(k)}={v}" for k, v in params.items() if v is not None)
 
 
 def grid(count: int, width: float = 4.6, height: float = 3.6) -> tuple[plt.Figure, list]:

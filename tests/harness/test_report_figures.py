@@ -275,3 +275,22 @@ def test_test_length_curve_of_a_run_that_had_not_converged_is_hollow(tmp_path: P
         models["linear"]
     )
     assert "not converged" in legend_texts(figure)
+
+
+def test_the_learning_rate_in_a_subtitle_says_whether_it_was_chosen() -> None:
+    from harness.report.budget import learning_rates
+
+    def row(model: str, lr: float) -> dict:
+        return {"model": model, "optim.lr": lr}
+
+    assert learning_rates([row("softmax", 0.002), row("linear", 0.002)]) == "lr 0.002"
+    grid = [row("softmax", 0.003), row("softmax", 0.01), row("linear", 0.003)]
+    assert learning_rates(grid) == "lr best of [0.003, 0.01]"
+    own = [row("linear", 0.01), row("deltanet", 0.003), row("softmax", 0.003)]
+    assert learning_rates(own) == "lr 0.003 (deltanet, softmax), 0.01 (linear)"
+
+
+def test_a_parameter_a_model_does_not_have_is_not_named() -> None:
+    from harness.report.style import describe
+
+    assert describe({"model.feature_dim": None, "task.num_kv_pairs": 8}) == "kv pairs=8"

@@ -132,6 +132,7 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
         "bytes_per_layer": floats * bytes_per_float,
         "bytes_total": floats * bytes_per_float * len(model.blocks),
         "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
+        "mixer_floats_per_layer": model.mixer_state_size(seq_len),
         "rank_bound_per_layer": model.rank_bound(seq_len),
     }
 

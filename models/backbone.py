@@ -157,6 +157,11 @@ class LanguageModel(nn.Module):
         """Floats per layer needed to produce token seq_len + 1 (mixer state + conv window)."""
         return self.blocks[0].state_size(seq_len)
 
+    def mixer_state_size(self, seq_len: int) -> int:
+        """Floats per layer of the mixer's own state, the short convolution's window left out:
+        where the bindings are kept (docs/background.md, section 17)."""
+        return self.blocks[0].mixer.state_size(seq_len)
+
     def rank_bound(self, seq_len: int) -> int:
         """Bindings one layer's state reads back exactly at seq_len (the mixer's
         `rank_bound`, docs/background.md, section 17); the short convolution is not counted:

@@ -1,7 +1,8 @@
 """Capacity against state (docs/background.md, section 17): each load-curve run's n90 against
-its recurrent state per layer, both on log axes, a power law n90 = a * floats^b fitted per
-mixer (`harness.power_law`), and each mixer's rank bound (H x D: the bindings a linear
-read-out of its state recovers exactly) as a dashed line.
+its mixer's state per layer (`state.mixer_floats_per_layer`: the short convolution's window,
+which holds no earlier binding, left out; `mixer_floats`), both on log axes, a power law
+n90 = a * floats^b fitted per mixer (`harness.power_law`), and each mixer's rank bound (H x D:
+the bindings a linear read-out of its state recovers exactly) as a dashed line.
 
 Only readouts that measure the state are fitted: a `training_limited` run (drawn hollow) has
 not learned to retrieve where its state has room, and an n90 at the largest tested load (drawn
@@ -18,6 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.markers import CARETUP
 
+from common.checks import is_real
 from harness.capacity import TRAINING_LIMITED
 from harness.power_law import PowerLaw, fit_power_law
 from harness.report.budget import budget
@@ -57,6 +59,23 @@ class CapacityRun:
         )
 
 
+def known(value: object) -> bool:
+    """A number, not a gap (None, or NaN where other records have the key)."""
+    return is_real(value) and not math.isnan(value)
+
+
+def mixer_floats(row: dict) -> float | None:
+    """The mixer's state per layer: `state.mixer_floats_per_layer`, or (records without it)
+    `state.floats_per_layer` less the short convolution's window, (kernel - 1) x d_model."""
+    if known(row.get("state.mixer_floats_per_layer")):
+        return float(row["state.mixer_floats_per_layer"])
+    floats = row.get("state.floats_per_layer")
+    if not known(floats):
+        return None
+    kernel, width = row.get("backbone.short_conv") or 0, row.get("backbone.d_model") or 0
+    return float(floats - max(kernel - 1, 0) * width)
+
+
 def capacity_runs(
     points: list[Point], point_keys: list[str], rows: list[dict], names: Sequence[str] | None = None
 ) -> list[CapacityRun]:
@@ -68,7 +87,7 @@ def capacity_runs(
         if point.status != OK or not point.capacity:
             continue
         for seed in seeds_of(point, rows, point_keys):
-            floats = seed.get("state.floats_per_layer")
+            floats = mixer_floats(seed)
             if seed.get("capacity.verdict") is None and seed.get("capacity.n90") is None:
                 continue
             if floats is None:
@@ -264,7 +283,7 @@ def capacity_figure(runs: list[CapacityRun], rows: list[dict]) -> Figure | None:
     log2_ticks(ax.xaxis, min(xs), max(xs), count_label)
     log2_ticks(ax.yaxis, min(ys), max(ys), lambda v: f"{v:g}")
     ax.grid(alpha=0.3)
-    ax.set_xlabel("recurrent state per layer (floats)")
+    ax.set_xlabel("the mixer's state per layer (floats; the short conv's window not counted)")
     load = next((r.load for r in runs if r.load), None)
     what = AXIS_TITLES.get(f"task.{load}", load or "load")
     ax.set_ylabel(f"n90: largest load at accuracy >= 0.9\n({what})")

@@ -206,3 +206,14 @@ def test_the_report_leaves_the_figure_out_with_one_state_size(tmp_path: Path) ->
     table = report(write_sweep(tmp_path / "sweep", records), wandb_mode="disabled")
     assert not (tmp_path / "sweep" / "report" / "capacity_vs_state.png").exists()
     assert all("b (90% CI)" not in row for row in table)
+
+
+def test_the_mixers_state_leaves_the_conv_window_out() -> None:
+    from harness.report.capacity_law import mixer_floats
+
+    recorded = {"state.mixer_floats_per_layer": 528, "state.floats_per_layer": 720}
+    assert mixer_floats(recorded) == 528
+    older = {"state.floats_per_layer": 720, "backbone.short_conv": 4, "backbone.d_model": 64}
+    assert mixer_floats(older) == 720 - 3 * 64
+    assert mixer_floats({"state.floats_per_layer": 720, "backbone.short_conv": 0}) == 720
+    assert mixer_floats({"state.mixer_floats_per_layer": float("nan"), **older}) == 528

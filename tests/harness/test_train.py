@@ -34,6 +34,7 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
         "bytes_total": 2 * 4 * floats,
         "grows_with_seq_len": True,
         "rank_bound_per_layer": 24,  # the KV cache keeps every token
+        "mixer_floats_per_layer": 2 * 24 * 64,
     }
     train = saved["train"]
     assert train["stopped_by"] == "early_stop_acc" and train["converged"] is True
@@ -64,6 +65,7 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["status"] == "ok" and saved["model"] == "favor"
     assert saved["state"]["floats_per_layer"] == 2 * (64 * 32 + 64) + 3 * 64
+    assert saved["state"]["mixer_floats_per_layer"] == 2 * (64 * 32 + 64)  # no conv window
     assert saved["state"]["grows_with_seq_len"] is False
     assert 0.0 <= saved["metrics"]["test/acc"] <= 1.0
     assert saved["train"]["steps"] == 30

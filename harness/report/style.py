@@ -20,8 +20,10 @@ KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENC
 """The registry's mixers in a fixed order, softmax (the reference) first, then by name: model
 i gets colour i, whatever the sweep holds."""
 MARKERS = "osD^vP*Xhp<>dH8"
-PALETTE = (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2])
-"""The registered mixers' colours (softmax is black): tab10, then tab20's light shades."""
+GREYS = (plt.cm.tab10.colors[7], plt.cm.tab20.colors[15])
+PALETTE = tuple(c for c in (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2]) if c not in GREYS)
+"""The registered mixers' colours (softmax is black): tab10, then tab20's light shades, their
+greys left out (grey is the binding-free baselines')."""
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
     "task.num_kv_pairs": "key-value pairs per example",

@@ -294,3 +294,13 @@ def test_a_parameter_a_model_does_not_have_is_not_named() -> None:
     from harness.report.style import describe
 
     assert describe({"model.feature_dim": None, "task.num_kv_pairs": 8}) == "kv pairs=8"
+
+
+def test_no_model_is_drawn_in_the_baselines_grey() -> None:
+    from matplotlib.colors import to_rgb
+
+    from harness.report.style import KNOWN_MODELS, colour
+
+    for model in KNOWN_MODELS:
+        red, green, blue = to_rgb(colour(model))
+        assert model == "softmax" or max(red, green, blue) - min(red, green, blue) > 0.1, model

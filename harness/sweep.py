@@ -70,6 +70,17 @@ def finished_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+def mixture_text(mixture: list[dict]) -> str:
+    """`(seq_len, num_kv_pairs) = (64, 4) x5, (128, 8) x1`: a training mixture
+    (`task.mixture`) as one text, each component's settings and share."""
+    keys = sorted({k for entry in mixture for k in entry if k != "share"})
+    cells = [
+        "(" + ", ".join(str(entry.get(k, "-")) for k in keys) + f") x{entry.get('share'):g}"
+        for entry in mixture
+    ]
+    return f"({', '.join(keys)}) = {', '.join(cells)}"
+
+
 def flat_row(record: dict) -> dict[str, Any]:
     """One job as one flat row: identity, parameters (`task.seq_len`, `model.feature_dim`,
     `backbone.d_model`, `optim.lr`, ...), `state.*`, `train.*`, and every metric under its own
@@ -80,6 +91,9 @@ def flat_row(record: dict) -> dict[str, Any]:
     }
     row["config_hash"], row["run_dir"] = record.get("config_hash"), record.get("run_dir")
     row.update({f"task.{k}": v for k, v in (record.get("task_params") or {}).items()})
+    mixture = ((record.get("config") or {}).get("task") or {}).get("mixture")
+    if mixture:
+        row["task.mixture"] = mixture_text(mixture)
     row.update({f"model.{k}": v for k, v in (record.get("model_params") or {}).items()})
     config = {k: v for k, v in (record.get("config") or {}).items() if k not in NOT_PARAMETERS}
     row.update(flatten(config))

@@ -93,9 +93,13 @@ LINE_STYLES = ("-", "--", "-.", ":")
 def budget(rows: list[dict], load: str) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
     what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
-    loads = joined(values_of(rows, f"task.{load}")) if rows else "?"
+    mixtures = values_of(rows, "task.mixture")
+    if mixtures:
+        trained = f"trained on the mixture {' / '.join(mixtures)}"
+    else:
+        trained = f"trained on {load}={joined(values_of(rows, f'task.{load}')) if rows else '?'}"
     return (
-        f"trained on {load}={loads}, {training_budget(rows)}; line: seed mean, "
+        f"{trained}, {training_budget(rows)}; line: seed mean, "
         "points: seeds (hollow: training_limited); light line: 0.9"
     )
 

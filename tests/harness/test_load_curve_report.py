@@ -110,3 +110,23 @@ def test_a_variants_seeds_are_its_own_runs() -> None:
         variant = Point("assoc_recall", f"linear {name}", {"model.feature_map": name}, "ok")
         seeds = seeds_of(variant, rows, point_keys=[])
         assert [(r["model.feature_map"], r["seed"]) for r in seeds] == [(name, 0), (name, 1)]
+
+
+def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
+    """A run trained on `task.mixture` says so, not the test range of its base task."""
+    from harness.report.load_curve import budget
+    from harness.sweep import flat_row
+
+    mixture = [
+        {"seq_len": 64, "num_kv_pairs": 4, "share": 5},
+        {"seq_len": 256, "num_kv_pairs": 64, "share": 1},
+    ]
+    record = {"task_params": {"num_kv_pairs": [4, 256]}, "config": {"task": {"mixture": mixture}}}
+    row = flat_row(record)
+    assert row["task.mixture"] == "(num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1"
+    assert budget([row], "num_kv_pairs").startswith(
+        "trained on the mixture (num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1,"
+    )
+    assert budget(
+        [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs"
+    ).startswith("trained on num_kv_pairs=[4, 64],")

@@ -1,6 +1,6 @@
 """Entry point: `python run.py task=assoc_recall model=favor` (Hydra composes conf/); the
-command line's names are checked first (`harness.command_line`), and the failure policy (exit
-codes, a sweep that goes on) is `harness.failures`."""
+command line's names are checked first (`harness.config.command_line`), and the failure policy (exit
+codes, a sweep that goes on) is `harness.records.failures`."""
 
 import os
 import sys
@@ -13,10 +13,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from harness.command_line import check_command_line  # noqa: E402
-from harness.config import CONF_DIR  # noqa: E402  (also registers the presets' resolvers)
-from harness.failures import hydra_task, sweep_exit_code  # noqa: E402
-from harness.help import register_help  # noqa: E402
+from harness.config.command_line import check_command_line  # noqa: E402
+from harness.config.compose import CONF_DIR  # noqa: E402  (also registers the presets' resolvers)
+from harness.config.help import register_help  # noqa: E402
+from harness.records.failures import hydra_task, sweep_exit_code  # noqa: E402
 from harness.train import run  # noqa: E402
 
 

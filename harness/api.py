@@ -3,15 +3,15 @@
     from harness.api import run_config
     record = run_config("assoc_recall", "linear", "trainer.max_steps=50", seed=1)
 
-It composes `conf/` exactly as `python run.py` does (`harness.config`) and returns the record
-that the run also writes to `<output_dir>/results.json`.
+It composes `conf/` exactly as `python run.py` does (`harness.config.compose`) and returns the
+record that the run also writes to `<output_dir>/results.json`.
 """
 
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.config import compose_config, overrides_of
+from harness.config.compose import compose_config, overrides_of
 from harness.train import run
 
 
@@ -41,7 +41,7 @@ def run_config(
       as a dict (`trainer={"max_steps": 50}`), or a dotted key (`**{"trainer.max_steps": 50}`);
     - `output_dir`: where the run writes (default `outputs/<date>/<time>`).
 
-    Bad input raises `harness.failures.BadInput` (a `ValueError`) before training; an unknown
+    Bad input raises `harness.config.refusal.BadInput` (a `ValueError`) before training; an unknown
     key raises Hydra's composition error. A run that diverges returns `status: diverged`.
     """
     args = [f"task={task}"] if task else []

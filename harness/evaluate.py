@@ -30,14 +30,15 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require
-from harness.build import Parts, build
-from harness.capacity import DEFAULT_THRESHOLD, readout_of
-from harness.checkpoint import WEIGHTS, kept_weights
-from harness.console import capacity_text
-from harness.failures import BadInput, as_bad_input, refused
-from harness.results import config_hash, new_record, write_record
-from harness.status import OK, RECORD
+from harness.config.hashing import config_hash
+from harness.config.refusal import BadInput, as_bad_input, refused
+from harness.readouts.capacity import DEFAULT_THRESHOLD, readout_of
+from harness.records.record import new_record, write_record
+from harness.records.schema import OK, RECORD
 from harness.train import baseline_metrics, describe, job_threads
+from harness.training.build import Parts, build
+from harness.training.checkpoint import WEIGHTS, kept_weights
+from harness.training.console import capacity_text
 from models.backbone import LanguageModel
 
 CHANGEABLE = (

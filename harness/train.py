@@ -14,9 +14,25 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from harness.build import Parts, build, check_run, resolved_model_params
-from harness.capacity import baseline_metrics_by_load, readout_of
-from harness.checkpoint import (
+from harness.config.hashing import config_hash
+from harness.config.hydra_job import (
+    experiment_name,
+    group_choice,
+    job_number,
+    output_dir,
+    parallel_jobs,
+    sweep_dir,
+)
+from harness.readouts.capacity import baseline_metrics_by_load, readout_of
+from harness.readouts.convergence import standard_error
+from harness.records.failures import interruptible, is_interruption, outcome
+from harness.records.record import new_record, state_record, write_record
+from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
+from harness.records.summary import append_summary, read_summary
+from harness.records.sweep import count_finished_job, finished_now, sweep_description, swept_values
+from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
+from harness.training.build import Parts, build, check_run, resolved_model_params
+from harness.training.checkpoint import (
     Resumption,
     SaveLast,
     Segments,
@@ -25,29 +41,9 @@ from harness.checkpoint import (
     keep_weights,
     resumable,
 )
-from harness.console import interrupted, job_line, quiet, show_progress_bar
-from harness.convergence import ConvergenceStop, standard_error
-from harness.failures import interruptible, is_interruption, outcome
-from harness.hydra_job import (
-    experiment_name,
-    group_choice,
-    job_number,
-    output_dir,
-    parallel_jobs,
-    sweep_dir,
-)
-from harness.progress import ProgressLines
-from harness.results import (
-    append_summary,
-    config_hash,
-    new_record,
-    read_summary,
-    state_record,
-    write_record,
-)
-from harness.status import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
-from harness.sweep import count_finished_job, finished_now, sweep_description, swept_values
-from harness.tracking import finish_wandb, run_name, start_wandb, sweep_group
+from harness.training.console import interrupted, job_line, quiet, show_progress_bar
+from harness.training.convergence_stop import ConvergenceStop
+from harness.training.progress import ProgressLines
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +87,7 @@ def finished_record(cfg: DictConfig, job: Job) -> dict | None:
 
 def run(cfg: DictConfig) -> dict:
     """Train and test one config; always writes `results.json` (status ok, diverged, failed or
-    interrupted: `harness.failures`), SIGTERM included (`interruptible`)."""
+    interrupted: `harness.records.failures`), SIGTERM included (`interruptible`)."""
     quiet()
     job = Job.of(cfg)
     done = finished_record(cfg, job)
@@ -119,7 +115,7 @@ def run(cfg: DictConfig) -> dict:
             record["status"] = OK
             discard(job.checkpoint)
         except BaseException as error:
-            ended = outcome(error)  # the failure policy: harness.failures
+            ended = outcome(error)  # the failure policy: harness.records.failures
             record.update(status=ended.status, error=ended.error)
             if ended.status == DIVERGED:
                 train = record["train"] or {}
@@ -256,7 +252,7 @@ def test(trainer: L.Trainer, parts: Parts, record: dict, threshold: float) -> No
     """Test at every test length with the trainer that fitted the model; beside the model's
     accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`) and,
     tested over a range of loads, the load curve's readout at `threshold` (`capacity`:
-    `harness.capacity`)."""
+    `harness.readouts.capacity`)."""
     trainer.test(parts.module, datamodule=parts.data, verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
@@ -277,12 +273,12 @@ def baseline_metrics(parts: Parts) -> dict[str, float]:
 
 def validation_floor(parts: Parts) -> float:
     """The strongest binding-free baseline on the validation set (of a mixture: pooled over
-    its components): a plateau counts only above it (`harness.convergence.plateaued`)."""
+    its components): a plateau counts only above it (`harness.readouts.convergence.plateaued`)."""
     return max(parts.data.val_baselines().values())
 
 
 def val_standard_error(curve: list, num_val: int) -> float | None:
-    """The standard error of the last validation accuracy (`harness.convergence`), against
+    """The standard error of the last validation accuracy (`harness.readouts.convergence`), against
     which a plateau's gains are judged."""
     return round(standard_error(curve[-1][1], num_val), 6) if curve else None
 

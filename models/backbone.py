@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.checks import require, require_choice, require_int
-from models import build_mixer
+from models.registry import build_mixer
 
 POSITIONAL = ("learned", "none")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from harness.tables import print_table, write_csv
+from harness.report.plain_table import print_table, write_csv
 from studies.favor_numerics import (
     NUMERIC_DIMS,
     NUMERIC_NORMS,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from harness.tables import print_table, write_csv
+from harness.report.plain_table import print_table, write_csv
 from models.feature_maps import build_feature_map
 from studies.plots import save_plot
 from studies.reference import HEAD_DIM

@@ -5,8 +5,8 @@ import time
 
 import torch
 
-from harness.data import TaskDataModule
-from harness.module import RecallModule
+from harness.training.data_module import TaskDataModule
+from harness.training.lightning_module import RecallModule
 from models.backbone import LanguageModel
 from studies.measure import quiet_lightning, quiet_trainer
 from studies.reference import HEAD_DIM

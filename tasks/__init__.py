@@ -1,20 +1,6 @@
 """Task generators, registered by name: `build_task("assoc_recall", seq_len=64)`."""
 
-from typing import Any
-
-from common.registry import Registry
-from tasks.base import IGNORE, Task
-
-TASKS = Registry("task")
-register = TASKS.register
-
-
-def build_task(name: str, **params: Any) -> Task:
-    """Construct the registered task `name`; unknown names list the known ones."""
-    return TASKS.build(name, **params)
-
-
-from tasks import (  # noqa: E402,F401  (fills the registry)
+from tasks import (  # noqa: F401  (each module registers its task)
     assoc_recall,
     copy,
     induction,
@@ -22,5 +8,7 @@ from tasks import (  # noqa: E402,F401  (fills the registry)
     noisy_recall,
     selective_copy,
 )
+from tasks.base import IGNORE, Task
+from tasks.registry import TASKS, build_task, register
 
 __all__ = ["IGNORE", "TASKS", "Task", "build_task", "register"]

@@ -41,9 +41,9 @@ queries it cannot recall.
 import numpy as np
 
 from common.checks import is_real, require, require_choice, require_int
-from tasks import register
 from tasks.base import IGNORE, Task, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
+from tasks.registry import register
 from tasks.sampling import (
     BITMAP_BUDGET,
     row_chunks,

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from common.checks import is_int, require, require_int
-from tasks import register
 from tasks.base import Task, token_sets
 from tasks.load import Load, is_range, load_bounds, normalised, require_load
+from tasks.registry import register
 
 PAD, BOS, SEP = 0, 1, 2
 FIRST_SYMBOL = 3

@@ -29,8 +29,8 @@ that followed it; a state that keeps no token identity for long answers near cha
 import numpy as np
 
 from common.checks import require_int
-from tasks import register
 from tasks.base import Task, token_sets
+from tasks.registry import register
 from tasks.sampling import depth_bins, sample_excluding
 
 

@@ -40,9 +40,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from common.checks import is_real, require, require_int
-from tasks import register
 from tasks.base import Task, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
+from tasks.registry import register
 from tasks.sampling import (
     depth_bins,
     sample_distinct,

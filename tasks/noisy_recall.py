@@ -40,9 +40,9 @@ spends capacity on noise; input-dependent gating (selective state updates) can s
 import numpy as np
 
 from common.checks import require_int
-from tasks import register
 from tasks.base import PerRowLoadTask, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
+from tasks.registry import register
 from tasks.sampling import sample_block_starts, sample_distinct, sample_sorted_subsets
 
 

@@ -35,9 +35,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from common.checks import require_int
-from tasks import register
 from tasks.base import IGNORE, PerRowLoadTask, require_int_given, token_sets
 from tasks.load import Load, describe, load_bounds, require_load
+from tasks.registry import register
 from tasks.sampling import sample_distinct, sample_sorted_subsets
 
 SEP = 1

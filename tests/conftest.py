@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, open_dict
 
-from harness.config import compose_config
+from harness.config.compose import compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 

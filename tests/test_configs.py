@@ -10,9 +10,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR as CONF
-from harness.config import compose_config
-from harness.settings import ABSENT, LOGGERS, declared, defaults
+from harness.config.compose import CONF_DIR as CONF
+from harness.config.compose import compose_config
+from harness.config.settings import ABSENT, LOGGERS, declared, defaults
 from models import MIXERS
 from models.backbone import LanguageModel
 from tasks import TASKS

@@ -1,7 +1,12 @@
 """Imports point downward only: `common` <- `tasks`, `models` <- `harness` <- `studies`.
 
 `tasks` and `models` never import `harness` (or `studies`) and never import each other;
-`common` imports none of them; `harness` never imports `studies`."""
+`common` imports none of them; `harness` never imports `studies`. Inside `harness` the wings
+import in the order of `WINGS` (a wing imports its own modules and the wings before it): the
+readouts are pure functions of numbers, the config knows the command line, the records know the
+config, one run's training writes records, and the report reads all of them. The modules left
+flat at the top (`api`, `train`, `evaluate`: the entry points) may import every wing, and no
+wing imports them."""
 
 import ast
 from pathlib import Path
@@ -17,17 +22,25 @@ FORBIDDEN = {
     "harness": {"studies"},
     "studies": set(),
 }
+WINGS = ("readouts", "config", "records", "training", "report")
+"""`harness`'s sub-packages, lowest first."""
+MOST_FLAT_MODULES = 8
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The dotted names of every module `path` imports (absolute imports)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
 
 
 def imported_packages(path: Path) -> set[str]:
     """Top-level names of every module `path` imports (absolute imports)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-    return names
+    return {name.split(".")[0] for name in imported_modules(path)}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -39,7 +52,48 @@ def test_package_imports_only_downward(package: str) -> None:
     assert not {k: v for k, v in offences.items() if v}
 
 
+def rank(dotted: str) -> int:
+    """A harness module's place in the wings' order; the flat modules come last."""
+    parts = dotted.split(".")
+    return WINGS.index(parts[1]) if len(parts) > 1 and parts[1] in WINGS else len(WINGS)
+
+
+def test_harness_wings_import_in_order() -> None:
+    offences = {}
+    for path in sorted((REPO / "harness").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        upward = sorted(
+            name
+            for name in imported_modules(path)
+            if name.startswith("harness.") and rank(name) > rank(module)
+        )
+        if upward:
+            offences[module] = upward
+    assert not offences
+
+
+def test_harness_keeps_few_flat_modules() -> None:
+    flat = [p.name for p in (REPO / "harness").glob("*.py") if p.name != "__init__.py"]
+    wings = {p.name for p in (REPO / "harness").iterdir() if (p / "__init__.py").exists()}
+    assert len(flat) <= MOST_FLAT_MODULES, flat
+    assert wings == set(WINGS)
+
+
+@pytest.mark.parametrize("package", ("models", "tasks"))
+def test_registered_modules_do_not_import_their_package_back(package: str) -> None:
+    """Each registered module takes `register` from its package's registry module, so that the
+    package's `__init__` imports its modules and none imports the package back."""
+    offences = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / package).rglob("*.py"))
+        if path.name != "__init__.py" and package in imported_modules(path)
+    ]
+    assert not offences
+
+
 def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import torch\nfrom harness.train import run\nfrom . import sibling\n")
     assert imported_packages(module) == {"torch", "harness"}
+    assert rank("harness.report.figures") > rank("harness.records.schema")
+    assert rank("harness.train") == len(WINGS)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.build import build
 from harness.train import run
+from harness.training.build import build
 from tests.conftest import REPO, SMOKE, run_cli
 
 PRESETS = sorted(path.stem for path in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -64,7 +64,7 @@ def test_every_combination_a_preset_sweeps_builds(make_cfg, name: str) -> None:
 
 
 def test_presets_resolve_without_run_py(make_cfg) -> None:
-    """`${mul:...}` is registered by `harness.config`, so presets compose in-process."""
+    """`${mul:...}` is registered by `harness.config.compose`, so presets compose in-process."""
     cfg = make_cfg(["experiment=retrieval_gap", "task.num_kv_pairs=8"])
     assert cfg.task.seq_len == 64
 

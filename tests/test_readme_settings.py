@@ -1,5 +1,5 @@
 """The README's settings tables (`| key | default | ... |`) say what the code declares: every key
-they name is a setting, and the default they give is its default (`harness.settings` for the
+they name is a setting, and the default they give is its default (`harness.config.settings` for the
 run-level settings, `models.backbone.LanguageModel` for `backbone.*`, the composed default
 config for a group's keys such as `task.seq_len`); a `group=option` row names an option that
 exists."""
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR, compose_config
-from harness.settings import defaults
+from harness.config.compose import CONF_DIR, compose_config
+from harness.config.settings import defaults
 from models.backbone import LanguageModel
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -1,6 +1,6 @@
 """Turn a sweep folder into a comparison: `python -m harness.report multirun/<date>/<time>`.
 
-Reads every job's record (`harness.sweep.load_sweep`), aggregates repeated seeds (mean,
+Reads every job's record (`harness.records.sweep.load_sweep`), aggregates repeated seeds (mean,
 standard deviation, count), picks the best learning rate per point by validation accuracy
 where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, the figures that the
 sweep's varied parameters call for (`acc_vs_seq_len.png`, `acc_vs_<task parameter>.png` for
@@ -21,11 +21,14 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from common.checks import is_real
+from harness.records.schema import status_of, tally
+from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget
 from harness.report.capacity_law import capacity_figure, capacity_laws, capacity_runs, law_notes
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
+from harness.report.plain_table import print_table, write_csv
 from harness.report.points import (
     AVERAGED,
     SELECTED,
@@ -44,9 +47,6 @@ from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.report.verdict import verdicts
-from harness.status import status_of, tally
-from harness.sweep import load_sweep, sweep_description
-from harness.tables import print_table, write_csv
 
 __all__ = ["report"]
 
@@ -56,7 +56,7 @@ def description_of(sweep: Path) -> dict:
     description = sweep_description(sweep)
     if description or not (sweep / "multirun.yaml").exists():
         return description
-    from harness.callbacks import sweep_plan
+    from harness.records.sweep_console import sweep_plan
 
     config = OmegaConf.load(sweep / "multirun.yaml")
     overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
@@ -211,7 +211,7 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
         print(f"{problem['status']}: {problem['job']}: {problem['error']}")
     mode = wandb_mode_of(description, wandb_mode)
     if mode != "disabled":
-        from harness.tracking import log_report
+        from harness.records.wandb_run import log_report
 
         tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
         folder = log_report(sweep, out, description, mode, tables, figures)

@@ -1,8 +1,8 @@
 """Capacity against state (docs/background.md, section 17): each load-curve run's n90 against
 its mixer's state per layer (`state.mixer_floats_per_layer`: the short convolution's window,
 which holds no earlier binding, left out; `mixer_floats`), both on log axes, a power law
-n90 = a * floats^b fitted per mixer (`harness.power_law`), and each mixer's rank bound (H x D:
-the bindings a linear read-out of its state recovers exactly) as a dashed line.
+n90 = a * floats^b fitted per mixer (`harness.readouts.power_law`), and each mixer's rank bound (H x
+D: the bindings a linear read-out of its state recovers exactly) as a dashed line.
 
 Only readouts that measure the state are fitted: a `training_limited` run (drawn hollow) has
 not learned to retrieve where its state has room, and an n90 at the largest tested load (drawn
@@ -20,13 +20,13 @@ from matplotlib.lines import Line2D
 from matplotlib.markers import CARETUP
 
 from common.checks import is_real
-from harness.capacity import TRAINING_LIMITED
-from harness.power_law import PowerLaw, fit_power_law
+from harness.readouts.capacity import TRAINING_LIMITED
+from harness.readouts.power_law import PowerLaw, fit_power_law
+from harness.records.schema import OK
 from harness.report.budget import budget
 from harness.report.load_curve import seeds_of
 from harness.report.points import Point
 from harness.report.style import AXIS_TITLES, colour, marker, model_order, powers_of_two
-from harness.status import OK
 
 SPREAD = 0.09
 """How far apart (in log2 x) markers that would coincide are drawn, each cluster centred on

@@ -13,6 +13,7 @@ from matplotlib import patheffects
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from harness.records.schema import OK
 from harness.report.baselines import coinciding
 from harness.report.points import Point, as_key, covaries, missing, sort_key
 from harness.report.style import (
@@ -28,7 +29,6 @@ from harness.report.style import (
     model_order,
     short,
 )
-from harness.status import OK
 
 SEED_POINTS = 3
 """Up to this many seeds, each seed is drawn as a point; beyond, error bars (one std)."""

@@ -8,8 +8,8 @@ from collections import defaultdict
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load, shown
-from harness.capacity import load_of as load_param
+from harness.readouts.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load, shown
+from harness.readouts.capacity import load_of as load_param
 from harness.report.baselines import coinciding
 from harness.report.budget import budget as training_budget
 from harness.report.budget import joined, values_of

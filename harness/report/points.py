@@ -1,5 +1,5 @@
-"""From a sweep's rows (`harness.sweep.load_sweep`) to the points the report draws: one point
-per (task, model, varied parameters), seeds averaged, the learning rate selected on
+"""From a sweep's rows (`harness.records.sweep.load_sweep`) to the points the report draws: one
+point per (task, model, varied parameters), seeds averaged, the learning rate selected on
 validation accuracy, failures and divergences kept with their reason."""
 
 import json
@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.status import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
+from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 
 AVERAGED = ("seed", "data.seed")
 """Repeats of one point: their test accuracy is averaged (mean, standard deviation)."""
@@ -24,7 +24,7 @@ NOT_POINT_KEYS = ("task.eval_seq_lens", "trainer.enable_progress_bar")
 LENGTH_PREFIX = "test/acc_by/seq_len/"
 BASELINE_PREFIX = "test/baseline/"
 DIVERGED_STEP = f"train.{DIVERGED_AT_STEP}"
-"""The column of a row (`harness.sweep.flat_row`) that holds the step a run diverged at."""
+"""The column of a row (`harness.records.sweep.flat_row`) that holds the step a run diverged at."""
 
 
 def missing(value: Any) -> bool:

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from harness.status import SUMMARY
+from harness.records.schema import SUMMARY
 
 REPO = Path(__file__).resolve().parents[2]
 

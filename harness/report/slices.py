@@ -4,6 +4,7 @@ string length (the `test/acc_by/<slice>/<value>` metrics of each point)."""
 import numpy as np
 from matplotlib.figure import Figure
 
+from harness.records.schema import OK
 from harness.report.baselines import coinciding
 from harness.report.figures import (
     along,
@@ -22,7 +23,6 @@ from harness.report.style import (
     grid,
     model_order,
 )
-from harness.status import OK
 
 
 def slice_values(point: Point, name: str) -> dict[int, float]:

@@ -11,8 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from harness.console import human_bytes  # noqa: E402
-from harness.names import in_figure as short  # noqa: E402
+from harness.config.short_names import in_figure as short  # noqa: E402
+from harness.training.console import human_bytes  # noqa: E402
 from models import MIXERS  # noqa: E402
 
 REFERENCE = "softmax"

@@ -4,10 +4,10 @@ state per job), and the jobs that did not finish with their error."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.capacity import shown
-from harness.power_law import PowerLaw
+from harness.readouts.capacity import shown
+from harness.readouts.power_law import PowerLaw
+from harness.records.schema import OK
 from harness.report.points import Point, sort_key
-from harness.status import OK
 
 KIB = 1024
 
@@ -22,7 +22,7 @@ def point_rows(
     """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
     blank for one seed), counts, convergence, baselines, accuracy at each test length, the
     load-curve readouts, and the note when not ok; numbers at full precision (`table.csv`;
-    printing rounds). With `laws` (each mixer's capacity law, `harness.power_law`, keyed by
+    printing rounds). With `laws` (each mixer's capacity law, `harness.readouts.power_law`, keyed by
     the names in `names`, aligned with `points`, default each point's model) the column
     `b (90% CI)` gives the mixer's exponent on each of its rows."""
     law_of = dict(zip(map(id, points), names or [p.model for p in points], strict=True))

@@ -2,11 +2,11 @@
 binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, and each
 load curve's verdict (docs/background.md, "Reading a load curve")."""
 
-from harness.capacity import shown
-from harness.convergence import left_floor, under_floor
+from harness.readouts.capacity import shown
+from harness.readouts.convergence import left_floor, under_floor
+from harness.records.schema import OK
 from harness.report.points import Point
 from harness.report.style import describe
-from harness.status import OK
 
 
 def name(point: Point) -> str:
@@ -24,7 +24,7 @@ def at(point: Point, level: float) -> bool:
 
 def below_floor(point: Point) -> str | None:
     """`chance` or `between` for a point at the floor that is under it by more than the
-    console's margin (`harness.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
+    console's margin (`harness.training.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
     (floor - chance))): at chance it has not learned which tokens answer; between, it is
     learning that; None when it answers as a binding-free strategy does."""
     floor = max(point.baselines.values())

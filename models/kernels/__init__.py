@@ -4,7 +4,7 @@ One module per algorithm, each with its plain step loop (`mode="recurrent"`, the
 specification) beside its faster forms (docs/background.md, section 5):
 
     common.py            the modes, the input checks, the split of a sequence into blocks
-    chunk.py             chunk-form linear attention as one autograd node, eq. 9's division
+    linear_chunk.py      chunk-form linear attention as one autograd node, eq. 9's division
     softmax.py           softmax_attention (eq. 1)
     linear.py            linear_attention (eq. 8-10: plain, normalised, RetNet's decay),
                          taylor_features, taylor_linear_attention (Based), linear_attention_cumsum
@@ -14,7 +14,6 @@ specification) beside its faster forms (docs/background.md, section 5):
     gated_delta_rule.py  gated_delta_rule (Gated DeltaNet)
 """
 
-from models.kernels.chunk import normalized
 from models.kernels.common import MODES, check_mode
 from models.kernels.delta_rule import delta_rule
 from models.kernels.gated_delta_rule import gated_delta_rule
@@ -26,6 +25,7 @@ from models.kernels.linear import (
     taylor_features,
     taylor_linear_attention,
 )
+from models.kernels.linear_chunk import normalized
 from models.kernels.rwkv4 import WKVState, rwkv4_wkv
 from models.kernels.softmax import softmax_attention
 

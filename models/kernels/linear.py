@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.kernels.chunk import ChunkInputs, chunk_attention, normalized
 from models.kernels.common import check_mode, check_qkv, check_shape, in_blocks
+from models.kernels.linear_chunk import ChunkInputs, chunk_attention, normalized
 
 LinearState = tuple[Tensor, Tensor]  # (S [B, H, D, Dv], z [B, H, D])
 

@@ -4,10 +4,10 @@ softmax attention (exact, local), their outputs summed (docs/background.md, sect
 import torch
 
 from common.checks import require_int
-from models import register
 from models.mixers.base import Mixer, State
 from models.mixers.kernel_attention import KernelAttention
 from models.mixers.sliding_window import SlidingWindowAttention
+from models.registry import register
 
 
 @register("based")

@@ -4,10 +4,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import register
 from models.kernels import check_mode, delta_rule
 from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off
+from models.registry import register
 
 
 @register("deltanet")

@@ -4,13 +4,13 @@
 import torch
 from torch import nn
 
-from models import register
 from models.kernels import gated_delta_rule
 from models.mixers.base import State
 from models.mixers.deltanet import DeltaNet
 from models.mixers.gla import GatedHeadNorm
 from models.mixers.mamba2 import MambaGate
 from models.precision import autocast_off
+from models.registry import register
 
 
 @register("gated_deltanet")

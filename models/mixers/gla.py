@@ -6,10 +6,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.checks import is_real, require, require_int
-from models import register
 from models.kernels import check_mode, gated_linear_attention
 from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off
+from models.registry import register
 
 
 class GatedHeadNorm(nn.Module):

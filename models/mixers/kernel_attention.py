@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from common.checks import require, require_choice, require_int
-from models import register
 from models.feature_maps import TaylorFeatureMap, build_feature_map
 from models.kernels import check_mode, linear_attention, taylor_linear_attention
 from models.mixers.base import DenominatorCollapse, MultiHeadMixer, State
 from models.precision import at_least_fp32, autocast_off
+from models.registry import register
 
 SIGNED_FEATURE_MAPS = ("rff", "identity")
 

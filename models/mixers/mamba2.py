@@ -8,10 +8,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from common.checks import require, require_int
-from models import register
 from models.kernels import check_mode, gated_linear_attention
 from models.mixers.base import MultiHeadMixer, State
 from models.precision import at_least_fp32, autocast_off
+from models.registry import register
 
 
 class MambaGate(nn.Module):

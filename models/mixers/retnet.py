@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models import register
 from models.kernels import check_mode, linear_attention
 from models.mixers.base import MatrixStateMixer, State
 from models.precision import at_least_fp32, autocast_off, wide_dtype
+from models.registry import register
 
 
 def retnet_gammas(n_heads: int) -> torch.Tensor:

@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 from common.checks import require_int
-from models import register
 from models.kernels import check_mode, rwkv4_wkv
 from models.mixers.base import Mixer, State
 from models.precision import at_least_fp32, autocast_off
+from models.registry import register
 
 
 def token_shift(x: torch.Tensor) -> torch.Tensor:

@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from common.checks import require_int
-from models import register
 from models.kernels import check_mode
 from models.mixers.base import MultiHeadMixer, State
+from models.registry import register
 
 
 def window_mask(t_q: torch.Tensor, t_k: torch.Tensor, window: int) -> torch.Tensor:

@@ -2,9 +2,9 @@
 
 import torch
 
-from models import register
 from models.kernels import softmax_attention
 from models.mixers.base import MultiHeadMixer, State
+from models.registry import register
 
 
 @register("softmax")

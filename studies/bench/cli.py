@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from harness.config import CONF_DIR
-from harness.tables import print_table, write_csv
+from harness.config.compose import CONF_DIR
+from harness.report.plain_table import print_table, write_csv
 from models.kernels import softmax_attention
 from studies.bench import __doc__ as DESCRIPTION
 from studies.bench.data_gen import task_rows

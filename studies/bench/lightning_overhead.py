@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from harness.module import RecallModule
+from harness.training.lightning_module import RecallModule
 from models.backbone import LanguageModel
 from studies.bench.settings import Settings
 from studies.measure import quiet_lightning, quiet_trainer, sync

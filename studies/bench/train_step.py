@@ -6,8 +6,8 @@ mixer replaced by the identity: the rest of the model alone, the ceiling of any 
 
 The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
 (its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
-plus `Settings.step_overrides`, with the run's optimiser (`harness.optim.adamw`; the run also
-clips gradients, left out here). Steps of every mixer at one T are interleaved (one step of
+plus `Settings.step_overrides`, with the run's optimiser (`harness.training.optimizer.adamw`; the
+run also clips gradients, left out here). Steps of every mixer at one T are interleaved (one step of
 each, repeated), so that a change of machine load during the run slows every mixer alike;
 each mixer's time is its median step, on the wall clock or (`--clock cpu`) the process's CPU
 time. Peak memory: the rise of the process's peak RSS over the first timed step, after a
@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from harness.config import compose_config
-from harness.optim import adamw
-from harness.results import params_of
+from harness.config.compose import compose_config
+from harness.config.hashing import params_of
+from harness.training.optimizer import adamw
 from models import MIXERS
 from models.backbone import LanguageModel
 from studies.bench.settings import Settings

@@ -11,9 +11,9 @@ from pathlib import Path
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, open_dict
 
-from harness.config import compose_config
-from harness.module import RecallModule
+from harness.config.compose import compose_config
 from harness.train import run
+from harness.training.lightning_module import RecallModule
 
 
 def config(out: Path, overrides: list[str]) -> DictConfig:

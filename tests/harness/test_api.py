@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from harness.api import run_config
-from harness.checkpoint import WEIGHTS, kept_weights
-from harness.config import hydra_value, overrides_of
-from harness.failures import BadInput
+from harness.config.compose import hydra_value, overrides_of
+from harness.config.refusal import BadInput
+from harness.training.checkpoint import WEIGHTS, kept_weights
 from models.backbone import LanguageModel
 from tests.conftest import SMOKE
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from harness.capacity import (
+from harness.readouts.capacity import (
     CAPACITY_LIMITED,
     NOT_LIMITED,
     TRAINING_LIMITED,

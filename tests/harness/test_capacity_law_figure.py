@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from matplotlib.markers import CARETUPBASE
 
-from harness.power_law import fit_power_law
+from harness.readouts.power_law import fit_power_law
 from harness.report import report
 from harness.report.capacity_law import capacity_figure, capacity_laws, capacity_runs
 from harness.report.points import aggregate
@@ -89,8 +89,8 @@ def law_records() -> list[dict]:
 def runs_of(records: list[dict]):
     import pandas as pd
 
+    from harness.records.sweep import flat_row
     from harness.report.points import clean_rows
-    from harness.sweep import flat_row
 
     rows = clean_rows(pd.DataFrame([flat_row(r) for r in records]))
     points = aggregate(rows, ["backbone.d_model", "seed"])

@@ -1,15 +1,15 @@
 """Every name mistake on the command line is one line with the nearest valid name and exit 2,
-before Hydra composes (`harness.command_line`); Hydra's own syntax passes; `--help` is the
+before Hydra composes (`harness.config.command_line`); Hydra's own syntax passes; `--help` is the
 tool's page and lists every group option and preset from conf/."""
 
 from pathlib import Path
 
 import pytest
 
-from harness.command_line import check_command_line, check_overrides, group_options
-from harness.config import CONF_DIR
-from harness.failures import BadInput
-from harness.help import preset_lines
+from harness.config.command_line import check_command_line, check_overrides, group_options
+from harness.config.compose import CONF_DIR
+from harness.config.help import preset_lines
+from harness.config.refusal import BadInput
 from tests.conftest import run_cli
 
 MISTAKES = [

@@ -4,9 +4,9 @@ about a minute on two cores (the benchmark measures it: `python -m studies.bench
 
 import pytest
 
-from harness.build import build
-from harness.failures import BadInput
-from harness.results import config_hash
+from harness.config.hashing import config_hash
+from harness.config.refusal import BadInput
+from harness.training.build import build
 
 SMALL = ["task.seq_len=16", "task.num_kv_pairs=2", "data.num_train=64", "data.num_val=8",
          "data.num_test=8", "logger=none"]  # fmt: skip

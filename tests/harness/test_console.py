@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.console import (
+from harness.training.console import (
     human_bytes,
     interrupted,
     job_line,
@@ -206,7 +206,7 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_rerun_resumes(tmp_path: Path) -> N
 def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
     from omegaconf import OmegaConf
 
-    from harness.callbacks import sweep_plan
+    from harness.records.sweep_console import sweep_plan
 
     config = OmegaConf.create(
         {
@@ -224,7 +224,7 @@ def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
     assert swept == ["model", "task.num_kv_pairs"]
 
     config.hydra.overrides.task = ["model=glob(*,exclude=soft*)"]  # the group's files
-    from harness.config import CONF_DIR
+    from harness.config.compose import CONF_DIR
 
     options = len(list((CONF_DIR / "model").glob("*.yaml")))
     assert sweep_plan(config) == ((options - 1) * 3, ["model", "seed"])

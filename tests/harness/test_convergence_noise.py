@@ -4,7 +4,7 @@ holds statistically, and a gain inside the noise is no rise."""
 import numpy as np
 import pytest
 
-from harness.convergence import required_gain, standard_error, still_rising
+from harness.readouts.convergence import required_gain, standard_error, still_rising
 
 
 @pytest.mark.parametrize("answers_per_example", [1, 8, 32])

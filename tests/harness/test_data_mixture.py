@@ -1,5 +1,5 @@
-"""harness.data with a mixture of task settings and test sets beyond training: every batch
-from one component (no padding), batches in proportion to the shares, a function of the step
+"""harness.training.data_module with a mixture of task settings and test sets beyond training: every
+batch from one component (no padding), batches in proportion to the shares, a function of the step
 alone (resume, data parallel), validation over the whole mixture, the test task overridden."""
 
 from collections import Counter
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from common.checks import InvalidValue
-from harness.data import (
+from harness.training.data_module import (
     ArrayDataset,
     BucketBatchSampler,
     MixtureBatchSampler,
@@ -20,7 +20,7 @@ from harness.data import (
     mixture_from_config,
     split_counts,
 )
-from harness.dataset_cache import load_split, split_seed
+from harness.training.dataset_cache import load_split, split_seed
 from tasks import IGNORE, build_task
 
 TASK = build_task("assoc_recall", vocab_size=32, seq_len=16, num_kv_pairs=2)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import devices
-from harness.devices import check_devices
-from harness.results import read_summary
+from harness.config import devices
+from harness.config.devices import check_devices
+from harness.records.summary import read_summary
 from harness.train import run
 from tests.conftest import SMOKE, run_cli
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from harness.api import run_config
-from harness.checkpoint import kept_weights
+from harness.config.refusal import BadInput
 from harness.evaluate import evaluate, load_model, main
-from harness.failures import BadInput
+from harness.training.checkpoint import kept_weights
 from tests.conftest import REPO, SMALL_TASKS, SMOKE
 
 

@@ -1,5 +1,5 @@
-"""The failure policy in one place (`harness.failures`): each exception's status and error in
-the record, and the exit code of a single run, a sweep and a re-test."""
+"""The failure policy in one place (`harness.records.failures`): each exception's status and error
+in the record, and the exit code of a single run, a sweep and a re-test."""
 
 from collections import Counter
 from pathlib import Path
@@ -7,19 +7,17 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness import failures
-from harness.failures import (
-    BadInput,
+from harness.config.refusal import BadInput, as_bad_input, refused
+from harness.records import failures
+from harness.records.failures import (
     Diverged,
     Terminated,
-    as_bad_input,
     forget,
     hydra_task,
     outcome,
-    refused,
     sweep_exit_code,
 )
-from harness.status import DIVERGED, FAILED, INTERRUPTED
+from harness.records.schema import DIVERGED, FAILED, INTERRUPTED
 from models.mixers.base import DenominatorCollapse
 
 

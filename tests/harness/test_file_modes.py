@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.dataset_cache import load_split
-from harness.results import append_summary, write_atomic
-from harness.sweep import describe_sweep
+from harness.records.files import write_atomic
+from harness.records.summary import append_summary
+from harness.records.sweep import describe_sweep
+from harness.training.dataset_cache import load_split
 from tasks import build_task
 
 

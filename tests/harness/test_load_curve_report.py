@@ -1,8 +1,8 @@
 """The report's load-curve figure on hand-made points: a line per run, its readout in the
 legend, baselines that coincide drawn once."""
 
-from harness.capacity import accuracy_by_load, baselines_by_load
-from harness.capacity import load_of as load_param
+from harness.readouts.capacity import accuracy_by_load, baselines_by_load
+from harness.readouts.capacity import load_of as load_param
 from harness.report.load_curve import load_figure
 from harness.report.points import Point
 
@@ -71,7 +71,7 @@ def test_no_figure_without_load_curves() -> None:
 
 
 def curve_record(model: str, accs: dict[int, float], seed: int) -> dict:
-    from harness.capacity import readout_of
+    from harness.readouts.capacity import readout_of
     from tests.harness.synthetic import record
 
     rec = record(model, seed=seed, metrics=metrics(accs))
@@ -114,8 +114,8 @@ def test_a_variants_seeds_are_its_own_runs() -> None:
 
 def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     """A run trained on `task.mixture` says so, not the test range of its base task."""
+    from harness.records.sweep import flat_row
     from harness.report.load_curve import budget
-    from harness.sweep import flat_row
 
     mixture = [
         {"seq_len": 64, "num_kv_pairs": 4, "share": 5},

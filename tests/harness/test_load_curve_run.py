@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.capacity import VERDICTS, readout_of
-from harness.console import job_line
-from harness.failures import BadInput
+from harness.config.refusal import BadInput
+from harness.readouts.capacity import VERDICTS, readout_of
 from harness.train import run
+from harness.training.console import job_line
 from tests.conftest import run_cli
 
 CURVE = [

@@ -1,4 +1,4 @@
-"""The capacity law's estimator (`harness.power_law`) against what it estimates: seeded
+"""The capacity law's estimator (`harness.readouts.power_law`) against what it estimates: seeded
 synthetic n90 = a * floats^b * exp(noise), repeated; b unbiased within Monte-Carlo error and
 its 90% interval covering the true b in 90% of repetitions (within a binomial margin)."""
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.power_law import fit_power_law
+from harness.readouts.power_law import fit_power_law
 
 TRUE_A, TRUE_B = 0.05, 0.5
 REPEATS = 2000

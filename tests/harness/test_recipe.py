@@ -9,11 +9,11 @@ import torch
 from torch import nn
 
 import harness.train
-from harness.build import build
-from harness.convergence import converged, plateaued, still_rising
-from harness.failures import BadInput
-from harness.optim import lr_factor, param_groups
+from harness.config.refusal import BadInput
+from harness.readouts.convergence import converged, plateaued, still_rising
 from harness.train import run
+from harness.training.build import build
+from harness.training.optimizer import lr_factor, param_groups
 from models.backbone import LanguageModel
 from models.mixers.base import Mixer
 from tests.conftest import SMALL_RECALL

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import build
-from harness.failures import BadInput
-from harness.sweep import load_sweep
-from harness.tracking import FLUSH_INTERVAL_S
+from harness.config.refusal import BadInput
+from harness.records.sweep import load_sweep
+from harness.records.wandb_run import FLUSH_INTERVAL_S
 from harness.train import run
+from harness.training.build import build
 from tests.conftest import SMALL_RECALL, run_cli, start_cli
 from tests.harness.wandb_offline import read_run
 

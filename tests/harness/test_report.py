@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
+from harness.records.sweep import load_sweep
 from harness.report import draw, report
 from harness.report.points import (
     AVERAGED,
@@ -18,7 +19,6 @@ from harness.report.points import (
     varied,
 )
 from harness.report.style import KNOWN_MODELS, colour, marker
-from harness.sweep import load_sweep
 from models import MIXERS
 from tests.harness.synthetic import (
     FRONTIER_MODELS,

@@ -15,16 +15,16 @@ import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from harness.checkpoint import Segments, resumable
-from harness.failures import (
+from harness.records.failures import (
     Terminated,
     interruptible,
     outcome,
     raise_terminated,
     sweep_exit_code,
 )
-from harness.status import INTERRUPTED, tally
-from harness.sweep import describe_sweep, load_sweep, records_of, sweep_id
+from harness.records.schema import INTERRUPTED, tally
+from harness.records.sweep import describe_sweep, load_sweep, records_of, sweep_id
+from harness.training.checkpoint import Segments, resumable
 from tests.harness.synthetic import record
 
 
@@ -79,7 +79,7 @@ def test_interrupted_runs_are_counted_only_when_there_are_some() -> None:
 
 
 def test_a_sweep_with_an_interrupted_job_exits_1(monkeypatch) -> None:
-    from harness import failures
+    from harness.records import failures
 
     monkeypatch.setattr(failures, "LAST_SWEEP", Counter(ok=3, interrupted=1))
     assert sweep_exit_code() == 1

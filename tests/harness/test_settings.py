@@ -1,4 +1,4 @@
-"""The run-level settings are declared once (`harness.settings`): the declaration refuses a
+"""The run-level settings are declared once (`harness.config.settings`): the declaration refuses a
 bad value of every key, the harness's own and those it passes on to Lightning and W&B, with
 one line naming the full key, the value and what is allowed, before anything runs."""
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from omegaconf import open_dict
 
-from harness.build import build
-from harness.failures import BadInput
-from harness.results import config_hash
-from harness.settings import ABSENT, RunSettings, check_settings, declared, defaults
+from harness.config.hashing import config_hash
+from harness.config.refusal import BadInput
+from harness.config.settings import ABSENT, RunSettings, check_settings, declared, defaults
+from harness.training.build import build
 from tests.conftest import QUIET, run_cli
 
 TINY = ["task.seq_len=16", "task.num_kv_pairs=2", "data.num_train=64", "data.num_val=8",
@@ -84,7 +84,7 @@ def test_the_defaults_pass_and_are_the_declared_ones(make_cfg) -> None:
 
 def test_every_declared_key_refuses_a_value_of_the_wrong_type() -> None:
     """No key takes just anything: a list fits none of them (trainer.devices is checked
-    against the machine by harness.devices)."""
+    against the machine by harness.config.devices)."""
     for key, setting in declared().items():
         if key == "trainer.devices":
             continue

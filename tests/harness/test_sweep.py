@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.records.summary import read_summary
 from harness.report import report
-from harness.results import read_summary
 from tests.conftest import SMOKE, run_cli
 
 TINY = [*SMOKE, "task.vocab_size=32", "task.num_kv_pairs=4"]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import build, check_added_keys
-from harness.failures import BadInput
-from harness.results import read_summary
+from harness.config.refusal import BadInput
+from harness.records.summary import read_summary
+from harness.training.build import build, check_added_keys
 from tests.conftest import SMALL_RECALL, run_cli
 
 REFUSED = [

@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.report import report
-from harness.sweep import describe_sweep, sweep_id
-from harness.tracking import (
+from harness.records.sweep import describe_sweep, sweep_id
+from harness.records.wandb_run import (
     STEP,
     finish_wandb,
     report_run_id,
@@ -15,6 +14,7 @@ from harness.tracking import (
     start_wandb,
     sweep_group,
 )
+from harness.report import report
 from tests.harness.synthetic import record
 from tests.harness.wandb_offline import read_run
 

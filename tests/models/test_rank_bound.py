@@ -5,7 +5,7 @@ the constructor's settings, not from the mixer's attributes."""
 import pytest
 import torch
 
-from harness.results import state_record
+from harness.records.record import state_record
 from models import MIXERS, build_mixer
 from models.backbone import LanguageModel
 

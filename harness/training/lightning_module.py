@@ -5,9 +5,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from harness.failures import Diverged
-from harness.metrics import RecallAccuracy
-from harness.optim import adamw, warmup_cosine
+from harness.records.failures import Diverged
+from harness.training.metrics import RecallAccuracy
+from harness.training.optimizer import adamw, warmup_cosine
 from models.backbone import LanguageModel
 from models.mixers.base import DenominatorCollapse
 from tasks import IGNORE
@@ -15,10 +15,10 @@ from tasks import IGNORE
 
 class RecallModule(L.LightningModule):
     """Trains `model` on cross-entropy over positions whose label is not -100, with fused AdamW
-    (weight decay on `decay` parameters: `harness.optim.adamw`) and a per-step learning
+    (weight decay on `decay` parameters: `harness.training.optimizer.adamw`) and a per-step learning
     rate: linear warm-up over `warmup_fraction` of the trainer's `max_steps`, then `schedule`
-    (cosine decay to `min_lr_ratio * lr`, or constant; `harness.optim.lr_factor`). Gradient
-    clipping is the trainer's (`gradient_clip_val`, set from `optim.grad_clip`).
+    (cosine decay to `min_lr_ratio * lr`, or constant; `harness.training.optimizer.lr_factor`).
+    Gradient clipping is the trainer's (`gradient_clip_val`, set from `optim.grad_clip`).
 
     Validation logs `val/acc`, `val/seq_acc`; test computes, per test length, `acc`,
     `seq_acc` and sliced accuracies into `self.test_results` (the first length is the
@@ -92,7 +92,8 @@ class RecallModule(L.LightningModule):
 
     def _gathered(self, metrics: RecallAccuracy) -> RecallAccuracy:
         """Under DDP, the counts of every rank merged: each rank evaluated its own shard of
-        the split (`harness.data`), so the sums are exactly one process's counts. Every rank
+        the split (`harness.training.data_module`), so the sums are exactly one process's counts.
+        Every rank
         then holds the same metrics (their `sync_dist` mean when logged changes nothing)."""
         if not (dist.is_available() and dist.is_initialized()):
             return metrics

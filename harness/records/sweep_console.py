@@ -1,6 +1,6 @@
 """Hydra callback (registered in conf/config.yaml): gives a sweep its header (folder, number of
 jobs), its description (`sweep.json`) and its closing summary. The command line's names are
-checked before Hydra composes (`harness.command_line`, from run.py)."""
+checked before Hydra composes (`harness.config.command_line`, from run.py)."""
 
 import shlex
 import sys
@@ -15,10 +15,10 @@ from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config import CONF_DIR
-from harness.failures import LAST_SWEEP, NEW_RUN_DIRS
-from harness.status import status_of, tally
-from harness.sweep import describe_sweep, records_of
+from harness.config.compose import CONF_DIR
+from harness.records.failures import LAST_SWEEP, NEW_RUN_DIRS
+from harness.records.schema import status_of, tally
+from harness.records.sweep import describe_sweep, records_of
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
@@ -45,7 +45,8 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
 
 
 class SweepConsole(Callback):
-    """A single run's new folder (`harness.failures.forget`), a sweep's header and summary."""
+    """A single run's new folder (`harness.records.failures.forget`), a sweep's header and
+    summary."""
 
     def on_run_start(self, config: DictConfig, **_: Any) -> None:
         run_dir = Path(config.hydra.run.dir).resolve()

@@ -1,7 +1,7 @@
 """The names on `python run.py`'s command line, checked before Hydra composes: an unknown key
 (`model.feture_dim=8`), a `+key` nothing reads, a `~key` that is not there, or an option a
 config group does not have (`model=softmx`, also in a sweep `-m model=softmax,softmx`) is
-refused with one line that names the nearest valid name, and exit 2 (`harness.failures`):
+refused with one line that names the nearest valid name, and exit 2 (`harness.records.failures`):
 
     error: model.feture_dim=8 is refused: model.feture_dim is not a setting (did you mean
            model.feature_dim?)
@@ -28,8 +28,8 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR
-from harness.failures import BadInput, full_error, refused
+from harness.config.compose import CONF_DIR
+from harness.config.refusal import BadInput, full_error, refused
 
 CONFIG_NAME = "config"
 

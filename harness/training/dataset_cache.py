@@ -16,7 +16,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from harness.results import umask
+from harness.records.files import umask
 from tasks import Task
 
 datasets.disable_progress_bars()

@@ -3,7 +3,7 @@
 passes on to Lightning (`trainer.*`) and to W&B (`logger.*`), with its type, its range or
 choices and its default (as Zoology's `TrainConfig`).
 
-    from harness.settings import check_settings, declared, RunSettings
+    from harness.config.settings import check_settings, declared, RunSettings
     RunSettings().optim.lr                  # 0.002, the default
     declared()["optim.lr"].allowed          # "a number > 0"
     check_settings(cfg)                     # ValueError: optim.lr=0 is invalid: must be > 0
@@ -28,8 +28,12 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require
-from harness.devices import ACCELERATORS
-from harness.optim import DECAY_CHOICES, SCHEDULES
+from harness.config.devices import ACCELERATORS
+
+DECAY_CHOICES = ("matrices", "all")
+"""`optim.decay`: weight decay on weight matrices only, or on every parameter."""
+SCHEDULES = ("cosine", "constant")
+"""`optim.schedule`: after the linear warm-up."""
 
 
 class _Absent:
@@ -45,7 +49,7 @@ ABSENT: Any = _Absent()
 PRECISIONS = tuple(v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group))
 """Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
 STRATEGIES = ("auto", *StrategyRegistry.available_strategies())
-"""Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...); `harness.devices`
+"""Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...); `harness.config.devices`
 narrows them for a data-parallel run."""
 WANDB_MODES = ("offline", "online", "disabled")
 LOGGERS = ("none", "wandb")
@@ -79,7 +83,7 @@ def steps_or_fraction(value: Any) -> bool:
 @dataclass(frozen=True)
 class Plateau:
     """No validation in the last `patience` beat the best before it by more than `min_delta`
-    (and the validation set's noise: `harness.convergence`)."""
+    (and the validation set's noise: `harness.readouts.convergence`)."""
 
     patience: int = setting(5, low=1)
     min_delta: float = setting(0.01, low=0)
@@ -87,8 +91,8 @@ class Plateau:
 
 @dataclass(frozen=True)
 class Capacity:
-    """The load curve's readout (`harness.capacity`): the accuracy a load must reach to count
-    as held (`capacity.n90`) and to pass the limit verdict."""
+    """The load curve's readout (`harness.readouts.capacity`): the accuracy a load must reach to
+    count as held (`capacity.n90`) and to pass the limit verdict."""
 
     threshold: float = setting(0.9, above=0, high=1)
 
@@ -96,7 +100,7 @@ class Capacity:
 @dataclass(frozen=True)
 class Data:
     """Examples per split and per optimiser step (the global batch under data parallelism),
-    the data seed and the dataset cache (`harness.data`)."""
+    the data seed and the dataset cache (`harness.training.data_module`)."""
 
     num_train: int = setting(100000, low=1)
     num_val: int = setting(1000, low=1)
@@ -108,7 +112,8 @@ class Data:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Kill-safe training state, and the final weights a run may keep (`harness.checkpoint`)."""
+    """Kill-safe training state, and the final weights a run may keep
+    (`harness.training.checkpoint`)."""
 
     dir: str = "${oc.env:RECALL_HARNESS_CKPT,outputs/checkpoints}"
     keep: bool = False
@@ -116,7 +121,7 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Optim:
-    """AdamW, warm-up then cosine, gradient clipping (`harness.optim`)."""
+    """AdamW, warm-up then cosine, gradient clipping (`harness.training.optimizer`)."""
 
     lr: float = setting(0.002, above=0)
     weight_decay: float = setting(0.1, low=0)
@@ -130,10 +135,10 @@ class Optim:
 @dataclass(frozen=True)
 class Trainer:
     """The arguments of Lightning's `Trainer` that the configs set (`conf/trainer/`); device
-    requests are checked against the machine by `harness.devices`."""
+    requests are checked against the machine by `harness.config.devices`."""
 
     accelerator: Literal[ACCELERATORS] = "auto"
-    devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.devices")
+    devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.config.devices")
     precision: Literal[PRECISIONS] = "32-true"
     max_steps: int = setting(1500, low=1)
     max_epochs: int | None = setting(-1, low=-1, none="no epoch limit", note="-1: no limit")
@@ -160,7 +165,7 @@ class Trainer:
 
 @dataclass(frozen=True)
 class Logger:
-    """W&B (`harness.tracking`); `logger=none` has only `name`."""
+    """W&B (`harness.records.wandb_run`); `logger=none` has only `name`."""
 
     name: Literal[LOGGERS] = "wandb"
     project: str = "recall-harness"

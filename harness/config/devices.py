@@ -1,7 +1,8 @@
 """Refuse a device request this machine cannot meet, before anything is built: a GPU where
 there is none, more processes than devices (or CPU cores), fp16 autocast on a CPU, or a
 data-parallel setting the data module cannot split. Each refusal is one `ValueError` naming
-the full key, the value and what is allowed (refused in one line, exit 2: `harness.failures`)."""
+the full key, the value and what is allowed (refused in one line, exit 2:
+`harness.records.failures`)."""
 
 import os
 from typing import Any
@@ -11,7 +12,7 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, ListConfig
 
 from common.checks import require, require_choice
-from harness.hydra_job import in_multirun
+from harness.config.hydra_job import in_multirun
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 DATA_PARALLEL = ("auto", "ddp")
@@ -112,8 +113,8 @@ def check_devices(cfg: DictConfig) -> None:
 
 
 def check_data_parallel(cfg: DictConfig, world_size: int) -> None:
-    """What the data module's sharding (harness.data) and the record need from a run of
-    `world_size` processes."""
+    """What the data module's sharding (harness.training.data_module) and the record need from a run
+    of `world_size` processes."""
     strategy = cfg.trainer.get("strategy", "auto")
     require(
         strategy in DATA_PARALLEL,

@@ -1,17 +1,18 @@
 """What a run prints, in one place: the known warnings and banners silenced once, progress bars
-only on a terminal (one line per validation off it: `harness.progress`), one closing line per
-job, and what to do after Ctrl-C.
+only on a terminal (one line per validation off it: `harness.training.progress`), one closing line
+per job, and what to do after Ctrl-C.
 
-A sweep's header and closing summary are printed by `harness.callbacks` (a Hydra callback)."""
+A sweep's header and closing summary are printed by `harness.records.sweep_console` (a Hydra
+callback)."""
 
 import logging
 import sys
 import warnings
 from pathlib import Path
 
-from harness.capacity import TRAINING_LIMITED, shown
-from harness.convergence import left_floor, under_floor
-from harness.status import OK, status_of
+from harness.readouts.capacity import TRAINING_LIMITED, shown
+from harness.readouts.convergence import left_floor, under_floor
+from harness.records.schema import OK, status_of
 
 KNOWN_WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\)",  # torch's pytree deprecation, raised by Lightning
@@ -66,7 +67,8 @@ def show_progress_bar(requested: bool) -> bool:
 
 
 def show_progress_lines(requested: bool) -> bool:
-    """Off a terminal, progress asked for is one line per validation (`harness.progress`)."""
+    """Off a terminal, progress asked for is one line per validation
+    (`harness.training.progress`)."""
     return bool(requested) and not on_terminal()
 
 
@@ -116,7 +118,7 @@ def strongest_baseline(metrics: dict) -> tuple[str, float] | None:
 def why_not_converged(record: dict) -> str:
     """Why a run is not converged, judged on its best validation accuracy (`train.val_curve`)
     against chance (`test/baseline/chance`, one over the answer alphabet) and the binding-free
-    floor (`train.floor`: `harness.convergence.left_floor`, docs/background.md):
+    floor (`train.floor`: `harness.readouts.convergence.left_floor`, docs/background.md):
 
     - at chance: it has not learned which tokens answer (within the floor's margin of chance);
     - between chance and the floor: it is learning which tokens answer;
@@ -143,7 +145,7 @@ def why_not_converged(record: dict) -> str:
 
 def capacity_text(capacity: dict | None) -> str:
     """`n90 12.3 n50 27.0 pairs: capacity_limited`, the load curve's readout
-    (`harness.capacity`); `>=` marks a readout at the largest tested load (a lower bound),
+    (`harness.readouts.capacity`); `>=` marks a readout at the largest tested load (a lower bound),
     and a `training_limited` run says what that means."""
     if not capacity:
         return ""

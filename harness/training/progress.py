@@ -7,7 +7,7 @@ At most `LINES_PER_JOB` lines a run, whatever its validation interval: a validat
 when it is the first, the last of the budget, or a `1 / LINES_PER_JOB` of `max_steps` after the
 last one printed. Time left is the rest of the budget at this segment's pace (validations
 included); early stopping on `early_stop_acc` can only make it shorter. On a terminal
-Lightning's progress bar shows the same (`harness.console.show_progress_bar`)."""
+Lightning's progress bar shows the same (`harness.training.console.show_progress_bar`)."""
 
 import time
 from typing import Any
@@ -15,8 +15,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
-from harness.console import human_time, show_progress_lines
-from harness.hydra_job import job_number
+from harness.config.hydra_job import job_number
+from harness.training.console import human_time, show_progress_lines
 
 LINES_PER_JOB = 12
 """The most progress lines one run prints."""

@@ -1,5 +1,5 @@
 """Short names of config keys, one table for every place that prints them: in a W&B run's name
-(`deltanet-d128-kv8-T256-s1`: `harness.tracking`) and in the report's panel titles and
+(`deltanet-d128-kv8-T256-s1`: `harness.records.wandb_run`) and in the report's panel titles and
 annotations (`kv pairs=8, d_model=64`: `harness.report`)."""
 
 SHORT_NAMES: dict[str, tuple[str, str]] = {

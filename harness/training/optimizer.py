@@ -7,8 +7,7 @@ import math
 import torch
 from torch import nn
 
-DECAY_CHOICES = ("matrices", "all")
-SCHEDULES = ("cosine", "constant")
+from harness.config.settings import DECAY_CHOICES
 
 
 def no_decay_names(model: nn.Module) -> set[str]:

@@ -8,14 +8,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import require_int
-from harness.command_line import check_added_keys  # the check of `+keys`, re-exported
-from harness.data import TaskDataModule, mixture_from_config
-from harness.devices import check_devices
-from harness.failures import BadInput, as_bad_input
-from harness.hydra_job import touched_keys
-from harness.module import RecallModule
-from harness.results import params_of
-from harness.settings import check_settings
+from harness.config.command_line import check_added_keys  # the check of `+keys`, re-exported
+from harness.config.devices import check_devices
+from harness.config.hashing import params_of
+from harness.config.hydra_job import touched_keys
+from harness.config.refusal import BadInput, as_bad_input
+from harness.config.settings import check_settings
+from harness.training.data_module import TaskDataModule, mixture_from_config
+from harness.training.lightning_module import RecallModule
 from models import MIXERS
 from models.backbone import LanguageModel
 from tasks import Task, build_task
@@ -39,8 +39,8 @@ def resolved_model_params(cfg: DictConfig) -> dict:
 
 
 def check_run(cfg: DictConfig) -> None:
-    """The run-level settings (`harness.settings`), the task's test lengths (the harness's key
-    of every task group) and the device request, as `BadInput`; the constructors check their
+    """The run-level settings (`harness.config.settings`), the task's test lengths (the harness's
+    key of every task group) and the device request, as `BadInput`; the constructors check their
     own parameters."""
     with as_bad_input():
         check_settings(cfg)

@@ -4,7 +4,7 @@ the first line of each one's description, read from conf/experiment when the pag
 
 from omegaconf import OmegaConf
 
-from harness.config import CONF_DIR
+from harness.config.compose import CONF_DIR
 
 WIDTH = 96
 """Characters of a preset's line in the help page."""

@@ -1,7 +1,7 @@
 """A sweep folder: its records as a table (`load_sweep`), its description (`sweep.json`,
 written when the sweep starts, with the sweep's id) and its progress counter.
 
-    from harness.sweep import load_sweep
+    from harness.records.sweep import load_sweep
     df = load_sweep("multirun/2025-01-01/12-00-00")     # one row per job
     df.groupby(["model", "task.seq_len"])["test/acc"].mean()
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.results import read_summary, write_atomic
-from harness.status import RECORD
+from harness.records.files import write_atomic
+from harness.records.schema import RECORD
+from harness.records.summary import read_summary
 
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"

@@ -15,13 +15,12 @@ interrupted run keeps its checkpoint, and running the same command again resumes
 
 A sweep with a failed or interrupted job exits 1 when it ends. `HYDRA_FULL_ERROR=1` raises
 every exception with its traceback (for debugging). `run.py` (through `hydra_task`), the
-sweep callback (`harness.callbacks`) and `python -m harness.evaluate` all follow it;
+sweep callback (`harness.records.sweep_console`) and `python -m harness.evaluate` all follow it;
 `harness.train.run` writes the record with `outcome`.
 """
 
 import contextlib
 import functools
-import os
 import shutil
 import signal
 import sys
@@ -34,19 +33,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from harness.hydra_job import output_dir, sweep_dir
-from harness.status import DIVERGED, FAILED, INTERRUPTED, TRACEBACK
+from harness.config.hydra_job import output_dir, sweep_dir
+from harness.config.refusal import BadInput, full_error, refused
+from harness.records.schema import DIVERGED, FAILED, INTERRUPTED, TRACEBACK
 from models.mixers.base import DenominatorCollapse
 
 EXIT_FAILED_JOBS = 1
 """A sweep that ends with a failed or interrupted job (the other jobs ran)."""
-EXIT_BAD_INPUT = 2
-"""Bad input, refused before anything ran (as argparse and Hydra's own usage errors)."""
-
-
-class BadInput(ValueError):
-    """A user's mistake found before training: the message names the full key, the value and
-    what is allowed, in one line."""
 
 
 class Diverged(RuntimeError):
@@ -128,32 +121,6 @@ def interruptible() -> Iterator[None]:
         for signum, handler in previous.items():
             if handler is not None:  # None: installed outside Python, cannot be restored
                 signal.signal(signum, handler)
-
-
-@contextlib.contextmanager
-def as_bad_input() -> Iterator[None]:
-    """A `ValueError` raised inside (a constructor's or a check's) is the user's input:
-    re-raised as `BadInput` with the same message."""
-    try:
-        yield
-    except BadInput:
-        raise
-    except ValueError as error:
-        raise BadInput(str(error)) from error
-
-
-def full_error() -> bool:
-    """`HYDRA_FULL_ERROR=1`: every exception with its traceback."""
-    return os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
-def refused(error: BadInput) -> int:
-    """Print a refusal as its one line (`error: <message>`) and return its exit code; with
-    `HYDRA_FULL_ERROR=1` raise it instead."""
-    if full_error():
-        raise error
-    print(f"error: {error}", file=sys.stderr)
-    return EXIT_BAD_INPUT
 
 
 NEW_RUN_DIRS: set[Path] = set()

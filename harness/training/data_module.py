@@ -27,7 +27,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from common.checks import InvalidValue, is_real, require
-from harness.dataset_cache import load_split, split_seed
+from harness.training.dataset_cache import load_split, split_seed
 from tasks import Task
 from tasks.base import pool_baselines, scored_positions
 

@@ -3,7 +3,7 @@
 A job's run is named by its swept values (`deltanet-d128-kv8-T256-s1`), grouped by its sweep
 (or preset), tagged with preset, task and model, charted against the training step, and holds
 the parameter count, the state, wall time and tokens/s in its config and summary. A resumed
-job continues its W&B run: the same id (kept in its checkpoint, `harness.checkpoint`), with
+job continues its W&B run: the same id (kept in its checkpoint, `harness.training.checkpoint`), with
 W&B's own step (`_step`) equal to the training step, so that the history of every process
 that trained it lines up into one curve (offline, each process writes its own
 `offline-run-*-<id>` folder; `wandb sync` uploads them in order into that one run). The
@@ -21,8 +21,8 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from harness.names import in_run_name
-from harness.sweep import sweep_id, swept_values
+from harness.config.short_names import in_run_name
+from harness.records.sweep import sweep_id, swept_values
 
 log = logging.getLogger(__name__)
 STEP = "trainer/global_step"
@@ -64,7 +64,7 @@ def run_name(record: dict, swept: list[str] | None, job_number: int | None = Non
 
 
 def sweep_group(sweep: Path | None, preset: str | None) -> str | None:
-    """The W&B group: the sweep's id (`harness.sweep.sweep_id`) after its preset
+    """The W&B group: the sweep's id (`harness.records.sweep.sweep_id`) after its preset
     (`state_frontier/2025-01-31/12-00-00-1a2b3c4d`), or the preset's name for a single run
     (None without either)."""
     if sweep is None:
@@ -191,7 +191,7 @@ def finish_wandb(logger: WandbLogger | None, record: dict) -> dict | None:
 
 
 def report_run_id(sweep: Path) -> str:
-    """One fixed W&B id per sweep (from its id, `harness.sweep.sweep_id`): reporting again
+    """One fixed W&B id per sweep (from its id, `harness.records.sweep.sweep_id`): reporting again
     updates the same run."""
     return "report-" + hashlib.sha1(sweep_id(sweep).encode()).hexdigest()[:12]
 

@@ -1,0 +1,39 @@
+"""A sweep's `summary.jsonl`: one record a line, appended by each job as it ends, under a lock."""
+
+import contextlib
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from harness.records.files import jsonable
+from harness.records.schema import SUMMARY
+
+
+def append_summary(sweep_dir: Path, record: dict) -> Path:
+    """Append one line to `summary.jsonl` under an exclusive lock, so that concurrent jobs
+    never interleave; each line is written with a single `write` call and fsynced."""
+    path = Path(sweep_dir) / SUMMARY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(jsonable(record), sort_keys=True) + "\n"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return path
+
+
+def read_summary(sweep_dir: Path) -> list[dict]:
+    """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped)."""
+    path = Path(sweep_dir) / SUMMARY
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            records.append(json.loads(line))
+    return records

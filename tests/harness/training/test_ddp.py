@@ -63,7 +63,7 @@ def rows(batch: list[list[int]]) -> list[tuple[int, ...]]:
 def test_ddp_ranks_see_disjoint_data_and_metrics_equal_one_process(make_cfg, tmp_path: Path):
     out = tmp_path / "probe"
     out.mkdir()
-    probe = [sys.executable, "-m", "tests.harness.ddp_probe", str(out), *TINY, *DDP]
+    probe = [sys.executable, "-m", "tests.harness.training.ddp_probe", str(out), *TINY, *DDP]
     result = subprocess.run(
         probe, cwd=REPO, env=cli_env(tmp_path), capture_output=True, text=True, timeout=600
     )

@@ -1,4 +1,5 @@
-"""`python -m tests.harness.training.ddp_probe OUT key=value ...`: one run through `harness.train.run`
+"""`python -m tests.harness.training.ddp_probe OUT key=value ...`: one run through
+`harness.train.run`
 that also writes, per process, what that process saw: OUT/rank<r>.json with the token rows
 of each training batch (by step) and of every test example it evaluated, and the record.
 The run writes into OUT/run. Lightning's DDP starts the extra processes by running this same

@@ -22,13 +22,13 @@ from typing import Any
 
 import lightning as L
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from harness.config.compose import CONF_DIR
+from harness.config.framework_internals import hydra_args_parser
 from harness.config.refusal import BadInput, full_error, refused
 
 CONFIG_NAME = "config"
@@ -56,7 +56,7 @@ def overrides_in(argv: list[str]) -> list[str] | None:
     """The overrides of a command line (`sys.argv[1:]`), or None when this check does not
     apply: another config (`--config-name`, `--config-path`, `--config-dir`), shell completion,
     or arguments Hydra's parser itself refuses (its usage error says what)."""
-    args, unknown = get_args_parser().parse_known_args(argv)
+    args, unknown = hydra_args_parser().parse_known_args(argv)
     if unknown or args.config_name or args.config_path or args.config_dir:
         return None
     if args.shell_completion or args.hydra_help:

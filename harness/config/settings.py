@@ -23,12 +23,12 @@ import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
-from lightning.fabric.connector import _PRECISION_INPUT
 from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require
 from harness.config.devices import ACCELERATORS
+from harness.config.framework_internals import lightning_precisions
 
 DECAY_CHOICES = ("matrices", "all")
 """`optim.decay`: weight decay on weight matrices only, or on every parameter."""
@@ -46,7 +46,7 @@ class _Absent:
 ABSENT: Any = _Absent()
 """The default of a key that the default config does not have."""
 
-PRECISIONS = tuple(v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group))
+PRECISIONS = lightning_precisions()
 """Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
 STRATEGIES = ("auto", *StrategyRegistry.available_strategies())
 """Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...); `harness.config.devices`

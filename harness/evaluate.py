@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import lightning as L
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
@@ -39,6 +38,7 @@ from harness.train import baseline_metrics, describe, job_threads
 from harness.training.build import Parts, build
 from harness.training.checkpoint import WEIGHTS, kept_weights
 from harness.training.console import capacity_text
+from harness.training.quiet_trainer import quiet_trainer
 from models.backbone import LanguageModel
 
 CHANGEABLE = (
@@ -137,20 +137,6 @@ def load_weights(parts: Parts, weights: dict[str, torch.Tensor]) -> None:
     parts.model.load_state_dict(weights)
 
 
-def quiet_trainer(cfg: DictConfig, out_dir: Path) -> L.Trainer:
-    """A quiet one-device Trainer with the run's accelerator and precision."""
-    return L.Trainer(
-        accelerator=cfg.trainer.get("accelerator", "auto"),
-        devices=1,
-        precision=cfg.trainer.get("precision", "32-true"),
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=out_dir,
-    )
-
-
 def evaluate(
     run_dir: str | Path, overrides: Sequence[str] = (), out_dir: str | Path | None = None
 ) -> dict:
@@ -175,7 +161,13 @@ def evaluate(
         "trained_seq_len": trained["seq_len"],
     }
     parts.data.setup("test")
-    quiet_trainer(cfg, out).test(parts.module, parts.data.test_dataloader(), verbose=False)
+    trainer = quiet_trainer(
+        accelerator=cfg.trainer.get("accelerator", "auto"),
+        devices=1,
+        precision=cfg.trainer.get("precision", "32-true"),
+        default_root_dir=out,
+    )
+    trainer.test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
     threshold = OmegaConf.select(cfg, "capacity.threshold", default=DEFAULT_THRESHOLD)

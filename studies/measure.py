@@ -18,7 +18,6 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -119,18 +118,3 @@ def quiet_lightning() -> Iterator[None]:
             yield
     finally:
         lightning_log.setLevel(level)
-
-
-def quiet_trainer(**kwargs: Any) -> Any:
-    """A Lightning `Trainer` without logger, progress bar, checkpoints, model summary or sanity
-    validation; `kwargs` add to or override those settings. Use it inside `quiet_lightning()`."""
-    import lightning as L
-
-    settings = {
-        "logger": False,
-        "enable_progress_bar": False,
-        "enable_checkpointing": False,
-        "enable_model_summary": False,
-        "num_sanity_val_steps": 0,
-    }
-    return L.Trainer(**{**settings, **kwargs})

@@ -7,8 +7,9 @@ import torch
 
 from harness.training.data_module import TaskDataModule
 from harness.training.lightning_module import RecallModule
+from harness.training.quiet_trainer import quiet_trainer
 from models.backbone import LanguageModel
-from studies.measure import quiet_lightning, quiet_trainer
+from studies.measure import quiet_lightning
 from studies.reference import HEAD_DIM
 from tasks import build_task
 

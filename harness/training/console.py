@@ -1,6 +1,7 @@
 """What a run prints, in one place: the known warnings and banners silenced once, progress bars
-only on a terminal (one line per validation off it: `harness.training.progress`), one closing line
-per job, and what to do after Ctrl-C.
+only on a terminal (one line per validation off it, `progress_line`, printed by
+`harness.training.progress`), one closing line per job, what to do after Ctrl-C, and the human
+formatters they share (sizes, times, counts).
 
 A sweep's header and closing summary are printed by `harness.records.sweep_console` (a Hydra
 callback)."""
@@ -194,3 +195,28 @@ def interrupted(checkpoint: Path, sweep: Path | None) -> str:
     if checkpoint.exists():
         return f"interrupted: training state kept in {checkpoint}; {rerun} to resume from it"
     return f"interrupted before the first checkpoint; {rerun} to start this job again"
+
+
+def human_count(count: float) -> str:
+    """`950`, `4.9k`, `1.2M`: a rate in three significant characters or so."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return f"{count:.0f}"
+
+
+def progress_line(
+    step: int,
+    max_steps: int,
+    val_acc: float | None,
+    tokens_per_s: float | None,
+    seconds_left: float | None,
+    job: int | None = None,
+) -> str:
+    """`[job 2] step 300/1500  val acc 0.125  4.9k tokens/s  ~2m10s left` (no `[job]` outside
+    a sweep; `?` for what is not known yet)."""
+    acc = "?" if val_acc is None else f"{val_acc:.3f}"
+    rate = "?" if tokens_per_s is None else human_count(tokens_per_s)
+    prefix = f"[job {job}] " if job is not None else ""
+    parts = [f"{prefix}step {step}/{max_steps}", f"val acc {acc}", f"{rate} tokens/s"]
+    return "  ".join([*parts, f"~{human_time(seconds_left)} left"])

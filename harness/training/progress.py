@@ -16,35 +16,10 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from harness.config.hydra_job import job_number
-from harness.training.console import human_time, show_progress_lines
+from harness.training.console import progress_line, show_progress_lines
 
 LINES_PER_JOB = 12
 """The most progress lines one run prints."""
-
-
-def human_count(count: float) -> str:
-    """`950`, `4.9k`, `1.2M`: a rate in three significant characters or so."""
-    for unit, size in (("M", 1e6), ("k", 1e3)):
-        if count >= size:
-            return f"{count / size:.1f}{unit}"
-    return f"{count:.0f}"
-
-
-def progress_line(
-    step: int,
-    max_steps: int,
-    val_acc: float | None,
-    tokens_per_s: float | None,
-    seconds_left: float | None,
-    job: int | None = None,
-) -> str:
-    """`[job 2] step 300/1500  val acc 0.125  4.9k tokens/s  ~2m10s left` (no `[job]` outside
-    a sweep; `?` for what is not known yet)."""
-    acc = "?" if val_acc is None else f"{val_acc:.3f}"
-    rate = "?" if tokens_per_s is None else human_count(tokens_per_s)
-    prefix = f"[job {job}] " if job is not None else ""
-    parts = [f"{prefix}step {step}/{max_steps}", f"val acc {acc}", f"{rate} tokens/s"]
-    return "  ".join([*parts, f"~{human_time(seconds_left)} left"])
 
 
 def due(step: int, max_steps: int, printed_at: int | None, lines: int = LINES_PER_JOB) -> bool:

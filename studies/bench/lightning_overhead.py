@@ -10,9 +10,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from harness.training.lightning_module import RecallModule
+from harness.training.quiet_trainer import quiet_trainer
 from models.backbone import LanguageModel
 from studies.bench.settings import Settings
-from studies.measure import quiet_lightning, quiet_trainer, sync
+from studies.measure import quiet_lightning, sync
 from tasks import IGNORE, build_task
 
 

@@ -4,7 +4,8 @@ at most `LINES_PER_JOB + 1` a run, so that a 4-job sweep's log stays under 10 KB
 import re
 
 from harness.train import run
-from harness.training.progress import LINES_PER_JOB, due, progress_line
+from harness.training.console import progress_line
+from harness.training.progress import LINES_PER_JOB, due
 from tests.conftest import SMOKE
 
 LINE = re.compile(

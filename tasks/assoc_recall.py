@@ -59,7 +59,7 @@ LAYOUTS = ("zoology", "teacher_forced")
 class AssocRecall(Task):
     """MQAR: n key-value pairs, then each key queried once after a power-law gap."""
 
-    version = 2  # 2: layout (default zoology: filler after each query key)
+    version = 2
     load_param = "num_kv_pairs"
 
     def __init__(

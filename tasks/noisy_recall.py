@@ -16,7 +16,7 @@ part). Layout of one example (n = num_kv_pairs, q = num_queries, T = seq_len):
   every other label is -100.
 Noise, keys and values are disjoint, so noise never looks like a key or a value.
 
-No answer is written after the context: an answer teacher-forced after its query (version 1)
+No answer is written after the context: an answer teacher-forced after its query would
 let a repeated query read its answer at most 2q - 3 tokens back, without looking into the
 context (a third of the scored queries at the defaults), and with each key asked once it would
 allow elimination (guess among the values not shown yet: H_n / n, 0.34 at n = 8).
@@ -50,7 +50,7 @@ from tasks.sampling import sample_block_starts, sample_distinct, sample_sorted_s
 class NoisyRecall(PerRowLoadTask):
     """Key-value pairs scattered among noise tokens, then keys queried at the end."""
 
-    version = 2  # 2: noise, not the answer, after each query key
+    version = 2
     load_param = "num_kv_pairs"
 
     def __init__(

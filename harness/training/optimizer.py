@@ -30,8 +30,8 @@ def decays(name: str, param: nn.Parameter, embeddings: set[int], marked: set[str
 
 def param_groups(model: nn.Module, weight_decay: float, decay: str = "matrices") -> list[dict]:
     """AdamW parameter groups: `decay="matrices"` puts `weight_decay` on the weight matrices
-    only (`decays`) and 0 on the rest; `decay="all"` decays every parameter (the recipe
-    before; kept for ablations). Each group carries `names` for inspection."""
+    only (`decays`) and 0 on the rest; `decay="all"` decays every parameter (an
+    ablation). Each group carries `names` for inspection."""
     if decay not in DECAY_CHOICES:
         raise ValueError(f"decay={decay!r} is invalid: must be one of {', '.join(DECAY_CHOICES)}")
     embeddings = {

@@ -236,12 +236,49 @@ def check_added_keys(
         raise BadInput(f"{override} is refused: {key} is not a setting {hint}")
 
 
+SYNONYMS = {
+    "learning_rate": "lr",
+    "wd": "weight_decay",
+    "clip": "grad_clip",
+    "gradient_clip_val": "grad_clip",
+    "warmup": "warmup_fraction",
+    "steps": "max_steps",
+    "num_steps": "max_steps",
+    "max_iters": "max_steps",
+    "batch": "batch_size",
+    "bs": "batch_size",
+    "num_heads": "n_heads",
+    "heads": "n_heads",
+    "hidden_size": "d_model",
+    "num_layers": "n_layers",
+    "layers": "n_layers",
+    "vocab": "vocab_size",
+    "length": "seq_len",
+    "seqlen": "seq_len",
+    "max_seq_len": "seq_len",
+    "kv_pairs": "num_kv_pairs",
+    "n_kv_pairs": "num_kv_pairs",
+}
+"""Names other codebases give a setting (Hugging Face, Lightning, nanoGPT), and the harness's."""
+
+
+def synonym(name: str) -> str | None:
+    """The harness's name for `name` or for the well-known name nearest to it
+    (`learning_rte` -> `lr`), None when it is none of them."""
+    match = difflib.get_close_matches(name, sorted(SYNONYMS), n=1, cutoff=0.8)
+    return SYNONYMS[match[0]] if match else None
+
+
 def nearest(key: str, known: Iterable[str]) -> list[str]:
-    """The known keys that end with the same name as `key`, else the known key nearest to the
-    whole key (difflib), else the key of the same group with the nearest name."""
+    """The known keys that end with the same name as `key` (or as its well-known synonym:
+    `optim.learning_rate` -> `optim.lr`), else the known key nearest to the whole key
+    (difflib), else the key of the same group with the nearest name."""
     known = sorted(known)
     name, group = key.rsplit(".", 1)[-1], key.rpartition(".")[0]
     close = [k for k in known if k.rsplit(".", 1)[-1] == name]
+    if not close and synonym(name):
+        same = [k for k in known if k.rsplit(".", 1)[-1] == synonym(name)]
+        close = [k for k in same if k.rpartition(".")[0] == group] or same
     if not close:
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
     if not close:

@@ -308,8 +308,8 @@ class TaskDataModule(L.LightningDataModule):
                 )
         test_task = overridden(task, test_overrides, "task.test") if test_overrides else task
         lengths = [test_task.seq_len] + [n for n in eval_seq_lens or [] if n != test_task.seq_len]
-        self.test_tasks = [
-            test_task if n == test_task.seq_len else test_task.with_seq_len(n) for n in lengths
+        self.test_tasks = [test_task] + [
+            at_length(test_task, n, eval_seq_lens) for n in lengths[1:]
         ]
         self.splits: dict[str, ArrayDataset | MixtureDataset] = {}
         self.test_sets: list[ArrayDataset] = []
@@ -432,3 +432,15 @@ class TaskDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return [self._loader(dataset) for dataset in self.test_sets]
+
+
+def at_length(task: Task, seq_len: int, eval_seq_lens: list[int]) -> Task:
+    """`task` at another test length; one that cannot hold the task names the key the user
+    typed, `task.eval_seq_lens`, and why."""
+    try:
+        return task.with_seq_len(seq_len)
+    except ValueError as error:
+        raise ValueError(
+            f"task.eval_seq_lens={list(eval_seq_lens)} is invalid: {seq_len} tokens cannot hold "
+            f"the test task ({error})"
+        ) from error

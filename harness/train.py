@@ -17,7 +17,6 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.hashing import config_hash
 from harness.config.hydra_job import (
     experiment_name,
-    group_choice,
     job_number,
     output_dir,
     parallel_jobs,
@@ -40,6 +39,7 @@ from harness.training.checkpoint import (
     discard,
     keep_weights,
     resumable,
+    saved_step,
 )
 from harness.training.console import interrupted, job_line, quiet, show_progress_bar
 from harness.training.convergence_stop import ConvergenceStop
@@ -123,7 +123,8 @@ def run(cfg: DictConfig) -> dict:
                 train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
                 discard(job.checkpoint)
             elif is_interruption(error):
-                print(interrupted(job.checkpoint, job.sweep), file=sys.stderr, flush=True)
+                step, steps = saved_step(job.checkpoint), cfg.trainer.max_steps
+                print(interrupted(job.checkpoint, step, steps, job.sweep), file=sys.stderr)
             if ended.ends_the_run:
                 raise
         finally:
@@ -313,7 +314,5 @@ def announce(job: Job, record: dict, note: str = "") -> None:
         position = f"{count_finished_job(job.sweep)}/{description.get('jobs') or '?'}"
     values = {"task.seq_len": record.get("seq_len")}
     values.update(swept_values(record, description.get("swept")))
-    for key, value in values.items():  # a swept group (+state_size=...) is not in the config
-        values[key] = group_choice(key) if value is None else value
     line = job_line(record, values, position)
     print(f"{line}  {note}".rstrip(), flush=True)

@@ -37,12 +37,13 @@ def experiment_name() -> str | None:
     return HydraConfig.get().runtime.choices.get("experiment")
 
 
-def group_choice(group: str) -> str | None:
-    """The option this run took of a config group (`state_size`: `linear_d16`), if any."""
+def group_choices() -> dict[str, str]:
+    """The options this run took of the config's groups (`{"state_size": "linear_d16",
+    "model": "linear", ...}`), Hydra's own groups left out; empty outside a Hydra app."""
     if not HydraConfig.initialized():
-        return None
-    choice = HydraConfig.get().runtime.choices.get(group)
-    return None if choice is None else str(choice)
+        return {}
+    choices = HydraConfig.get().runtime.choices
+    return {g: str(c) for g, c in choices.items() if c is not None and not g.startswith("hydra")}
 
 
 def touched_keys() -> set[str]:

@@ -13,6 +13,7 @@ SHORT_NAMES: dict[str, tuple[str, str]] = {
     "model.n_heads": ("h", "n_heads"),
     "optim.lr": ("lr", "lr"),
     "seed": ("s", "seed"),
+    "state_size": ("", "state size"),  # a run's name carries the option alone: linear_d8
 }
 
 

@@ -8,6 +8,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config.hashing import params_of
+from harness.config.hydra_job import group_choices
 from harness.records.files import jsonable, write_atomic
 from harness.records.schema import FAILED, RECORD
 
@@ -24,6 +25,7 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "seq_len": cfg.task.get("seq_len"),
         "seed": cfg.seed,
         "config_hash": digest,
+        "choices": group_choices(),  # the config groups' options: a swept +state_size=... too
         "num_params": None,
         "state": None,
         "metrics": {},

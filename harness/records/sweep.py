@@ -179,14 +179,15 @@ def count_finished_job(sweep: Path) -> int:
 
 def value_at(record: dict, key: str) -> Any:
     """The value of a config key (`task.seq_len`, `backbone.d_model`, `seed`) in a record, or
-    None: task and model keys from the resolved parameters, the rest from the config."""
+    None: task and model keys from the resolved parameters, the rest from the config, and a
+    config group that leaves no key of its own (`state_size`) from the record's `choices`."""
     group, _, name = key.partition(".")
     if group in ("task", "model") and name:
         return (record.get(f"{group}_params") or {}).get(name)
     node: Any = {**(record.get("config") or {}), "seed": record.get("seed")}
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return node
+    return (record.get("choices") or {}).get(key) if node is None else node
 
 
 def swept_values(record: dict, swept: list[str] | None) -> dict[str, Any]:

@@ -31,13 +31,14 @@ NAME_ORDER = ("backbone.", "model.", "task.", "task.seq_len", "optim.", "", "see
 
 
 def name_part(key: str, value: Any) -> str:
-    """`d128` for backbone.d_model=128, `lr0.002`, `feature_map-favor`."""
+    """`d128` for backbone.d_model=128, `lr0.002`, `feature_map-favor`, `linear_d8` for the
+    option of a swept config group (`+state_size=linear_d8`)."""
     if isinstance(value, float):
         value = f"{value:g}"
     elif isinstance(value, list | tuple):
         value = "_".join(map(str, value))
     short = in_run_name(key)
-    return f"{short}{value}" if short else f"{key.rsplit('.', 1)[-1]}-{value}"
+    return f"{key.rsplit('.', 1)[-1]}-{value}" if short is None else f"{short}{value}"
 
 
 def order_of(key: str) -> int:

@@ -133,6 +133,14 @@ def resumable(path: Path) -> Resumption:
     return Resumption(path, step, state.get("run_id") or new_run_id())
 
 
+def saved_step(path: Path) -> int | None:
+    """The optimiser step the checkpoint at `path` holds, None when there is none to read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+    except Exception:  # noqa: BLE001 - missing or unreadable: nothing to resume from
+        return None
+
+
 def discard(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(path.parent)

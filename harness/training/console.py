@@ -187,13 +187,15 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
     return "  ".join(p for p in parts if p)
 
 
-def interrupted(checkpoint: Path, sweep: Path | None) -> str:
-    """What Ctrl-C left behind and how to go on."""
+def interrupted(checkpoint: Path, step: int | None, max_steps: int, sweep: Path | None) -> str:
+    """What Ctrl-C left behind and how to go on: the checkpoint holds the training state at
+    `step` (its last validation; None: no checkpoint), which a rerun resumes from."""
     rerun = "run the same command again"
     if sweep is not None:
         rerun += f" with hydra.sweep.dir={sweep} (finished jobs are skipped)"
-    if checkpoint.exists():
-        return f"interrupted: training state kept in {checkpoint}; {rerun} to resume from it"
+    if step is not None:
+        kept = f"training state kept at step {step} of {max_steps} in {checkpoint}"
+        return f"interrupted: {kept}; {rerun} to resume from step {step}"
     return f"interrupted before the first checkpoint; {rerun} to start this job again"
 
 

@@ -27,6 +27,16 @@ def test_run_names_come_from_the_swept_values() -> None:
     assert run_name(job, None, 3) == "deltanet-assoc_recall-T256-job3"
 
 
+def test_a_swept_config_group_names_its_option() -> None:
+    """`+state_size=linear_d8,linear_d16` leaves no key of its own in the config: the record's
+    `choices` carry the option, so every cell of the sweep gets its own name."""
+    names = set()
+    for option in ("linear_d8", "linear_d16"):
+        job = {**record("linear", seed=0), "choices": {"state_size": option, "model": "linear"}}
+        names.add(run_name(job, ["state_size", "seed"]))
+    assert names == {"linear-T64-linear_d8-s0", "linear-T64-linear_d16-s0"}
+
+
 def test_group_is_the_sweep_id_after_the_preset(tmp_path: Path) -> None:
     sweep = tmp_path / "multirun" / "2025-01-31" / "12-00-00"
     describe_sweep(sweep, {"command": "python run.py -m", "jobs": 2, "swept": ["model"]})

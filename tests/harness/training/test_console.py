@@ -11,7 +11,9 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
+from harness.training.checkpoint import saved_step
 from harness.training.console import (
     human_bytes,
     interrupted,
@@ -143,10 +145,17 @@ def test_no_progress_bar_off_a_terminal() -> None:
 
 def test_interrupted_says_how_to_resume(tmp_path: Path) -> None:
     checkpoint = tmp_path / "last.ckpt"
-    assert "start this job again" in interrupted(checkpoint, None)
-    checkpoint.write_text("x")
-    message = interrupted(checkpoint, tmp_path / "sweep")
-    assert f"kept in {checkpoint}" in message and f"hydra.sweep.dir={tmp_path / 'sweep'}" in message
+    assert "start this job again" in interrupted(checkpoint, None, 600, None)
+    message = interrupted(checkpoint, 200, 600, tmp_path / "sweep")
+    assert f"kept at step 200 of 600 in {checkpoint}" in message
+    assert "resume from step 200" in message and f"hydra.sweep.dir={tmp_path / 'sweep'}" in message
+
+
+def test_the_step_kept_is_the_checkpoint_s(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "last.ckpt"
+    assert saved_step(checkpoint) is None
+    torch.save({"global_step": 200}, checkpoint)
+    assert saved_step(checkpoint) == 200
 
 
 @pytest.mark.slow

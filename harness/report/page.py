@@ -79,13 +79,38 @@ def cell(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+LEADING = ("model", "status", "verdict", "n90", "n50", "test_acc", "std", "seeds", "converged")
+"""What a reader looks for first in a row, in this order; the cell's parameters (`model.*`,
+`task.*`, `backbone.*`) right after the model."""
+TRAILING = ("not_ok", "note", "task")
+"""Context read last: the failed-job count, the note (wrapped, not widened), the task."""
+
+
+def page_columns(rows: list[dict]) -> list[str]:
+    """Every column of `rows`, the leading ones first, the trailing ones last, the rest (the
+    baselines, the state, ...) in their order between."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    params = [
+        c for c in columns if c.split(".", 1)[0] in ("model", "task", "backbone") and "." in c
+    ]
+    lead = [c for c in LEADING if c in columns]
+    lead = lead[:1] + params + lead[1:]
+    tail = [c for c in TRAILING if c in columns and c not in lead]
+    return lead + [c for c in columns if c not in lead and c not in tail] + tail
+
+
+def data_cell(column: str, value: Any) -> str:
+    """One `<td>`; the note's wraps in its column instead of widening the table."""
+    return f"<td class='note'>{cell(value)}</td>" if column == "note" else f"<td>{cell(value)}</td>"
+
+
 def table(rows: list[dict]) -> str:
     if not rows:
         return "<p>(none)</p>"
-    columns = list(dict.fromkeys(k for row in rows for k in row))
+    columns = page_columns(rows)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{cell(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows
+        "<tr>" + "".join(data_cell(c, row.get(c)) for c in columns) + "</tr>" for row in rows
     )
     return f"<div class='wide'><table><tr>{head}</tr>{body}</table></div>"
 
@@ -97,7 +122,8 @@ def collapsed(summary: str, rows: list[dict]) -> str:
 STYLE = """<style>
 body { font-family: sans-serif; max-width: 1400px; margin: 1em auto; padding: 0 1em; }
 table { border-collapse: collapse; font-size: 13px; margin: 0.5em 0 1.5em; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
+td.note { white-space: normal; min-width: 16em; text-align: left; }
 th { background: #f3f3f3; } code { background: #f3f3f3; padding: 2px 4px; }
 img { max-width: 100%; height: auto; } .caption { max-width: 900px; color: #333; }
 .wide { overflow-x: auto; max-width: 100%; } summary { cursor: pointer; margin: 0.5em 0; }

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.report import report
-from harness.report.page import CAPTIONS
+from harness.report.page import CAPTIONS, page_columns, table
 from tests.harness.synthetic import record, retrieval_gap, write_sweep
 
 
@@ -97,6 +97,24 @@ def test_table_state_in_kib_std_blank_for_one_seed_full_precision_in_csv(tmp_pat
     assert rows["linear"]["test_acc"] == "0.00975" and rows["linear"]["std"] == ""
     assert rows["linear"]["state_KiB_per_layer"] == "8.25"
     assert rows["softmax"]["test_acc"] == "0.55"
+
+
+def test_the_table_leads_with_what_matters_and_ends_with_its_context() -> None:
+    row = {"task": "assoc_recall", "model": "linear", "model.feature_dim": 8, "test_acc": 0.9}
+    row |= {"baseline.chance": 0.02, "n90": 5.0, "verdict": "capacity_limited"}
+    row |= {"status": "ok", "note": "a long note"}
+    assert page_columns([row]) == [
+        "model",
+        "model.feature_dim",
+        "status",
+        "verdict",
+        "n90",
+        "test_acc",
+        "baseline.chance",
+        "note",
+        "task",
+    ]
+    assert "<td class='note'>a long note</td>" in table([row])
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -8,6 +8,7 @@ whole record."""
 
 import json
 import struct
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,8 +66,25 @@ class OfflineRun:
     kinds: Counter = field(default_factory=Counter)
 
 
+WRITTEN_WITHIN_S = 60.0
+"""How long W&B's service may take to write a finished run's file: `wandb.finish()` can return
+while the file still holds only its header (measured with wandb 0.31: 7 bytes at return, the
+whole run a few seconds later)."""
+
+
 def read_run(run_dir: Path) -> OfflineRun:
-    """Everything an offline run recorded: run header, config, summary, history, define_metric."""
+    """Everything an offline run recorded, once W&B has written it (its `exit` record, or
+    `WRITTEN_WITHIN_S`): run header, config, summary, history, define_metric."""
+    deadline = time.monotonic() + WRITTEN_WITHIN_S
+    run = parse_run(run_dir)
+    while not run.kinds["exit"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = parse_run(run_dir)
+    return run
+
+
+def parse_run(run_dir: Path) -> OfflineRun:
+    """What an offline run's file holds now."""
     (path,) = Path(run_dir).glob("run-*.wandb")
     run = OfflineRun()
     for raw in raw_records(path):

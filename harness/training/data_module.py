@@ -440,7 +440,5 @@ def at_length(task: Task, seq_len: int, eval_seq_lens: list[int]) -> Task:
     try:
         return task.with_seq_len(seq_len)
     except ValueError as error:
-        raise ValueError(
-            f"task.eval_seq_lens={list(eval_seq_lens)} is invalid: {seq_len} tokens cannot hold "
-            f"the test task ({error})"
-        ) from error
+        allowed = f"lengths that hold the test task ({seq_len}: {error})"
+        raise InvalidValue("task.eval_seq_lens", list(eval_seq_lens), allowed) from error

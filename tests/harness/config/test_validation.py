@@ -24,7 +24,7 @@ REFUSED = [
     (["task.seq_len=10"], "task.seq_len=10 is invalid"),
     (["task.eval_seq_lens=[abc]"], "task.eval_seq_lens='abc' is invalid"),
     (["task.eval_seq_lens=[48]"], "(backbone.pos_emb=none evaluates at any length)"),
-    (["task.eval_seq_lens=[3]"], "task.eval_seq_lens=[3] is invalid: 3 tokens cannot hold the"),
+    (["task.eval_seq_lens=[3]"], "task.eval_seq_lens=[3] is invalid: must be lengths that hold"),
 ]
 
 

@@ -171,7 +171,7 @@ def test_test_overrides_give_the_test_task_then_every_eval_length() -> None:
         ({"mixture": [({}, 1.0), ({}, 1e-6)]}, r"^task\.mixture\[1\]\.share=1e-06 is invalid"),
         (
             {"test_overrides": {"num_kv_pairs": 4}, "eval_seq_lens": [12]},
-            r"^task\.eval_seq_lens=\[12\] is invalid: 12 tokens cannot hold the test task",
+            r"^task\.eval_seq_lens=\[12\] is invalid: must be lengths that hold the test task",
         ),
     ],
 )

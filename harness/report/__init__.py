@@ -45,7 +45,7 @@ from harness.report.points import (
     varied,
 )
 from harness.report.provenance import provenance
-from harness.report.reread import reread, threshold_of
+from harness.report.reread import default_threshold, reread, threshold_of
 from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
@@ -132,9 +132,9 @@ def draw(
     points: list[Point],
     point_keys: list[str],
     rows: list[dict],
-    chosen: list[str] | None,
-    laws: dict[str, MixerLaw],
-    threshold: float,
+    chosen: list[str] | None = None,
+    laws: dict[str, MixerLaw] | None = None,
+    threshold: float | None = None,
 ) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
     varied, or a task that is not there, is left out; of two axes that are the same plot,
@@ -143,11 +143,12 @@ def draw(
     unknown); `laws` and `threshold`, the capacity law's. Where the capacity figure is drawn,
     the accuracy against state is left out: its accuracy is a token-weighted mean over the
     tested loads, which the capacity figure replaces by the readout."""
+    threshold = default_threshold() if threshold is None else threshold
     runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
     points, point_keys = variants(points, point_keys)
     subtitle = budget(rows)
     axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
-    capacity = capacity_figure(runs, rows, laws, threshold)
+    capacity = capacity_figure(runs, rows, laws or {}, threshold)
     figures = {
         "acc_vs_load": load_figure(points, point_keys, rows, threshold),  # the headline
         "capacity_vs_state": capacity,

@@ -180,6 +180,35 @@ def state_figure(
     return figure
 
 
+def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
+    """The page's first notes: the jobs and what varied, how accuracy is aggregated, and the
+    learning-rate grid where there is one."""
+    statuses = Counter(status_of(r) for r in rows)
+    notes = [
+        f"{len(rows)} jobs: {tally(statuses)}"
+        + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
+        "Accuracy: mean over the seeds that finished; up to three seeds each is drawn as a "
+        "point, beyond that error bars are their sample standard deviation (n - 1); std is "
+        "blank for one seed.",
+    ]
+    if lr_grid:
+        lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
+        notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
+    return notes
+
+
+def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
+    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
+    mode = wandb_mode_of(description, wandb_mode)
+    if mode == "disabled":
+        return
+    from harness.records.wandb_run import log_report
+
+    tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+    folder = log_report(sweep, out, description, mode, tables, figures)
+    print(f"W&B ({mode}): {folder}")
+
+
 def report(
     sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
 ) -> list[dict]:
@@ -201,17 +230,7 @@ def report(
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
     lr_grid = "optim.lr" in swept
     points = aggregate(rows, point_keys)
-    statuses = Counter(status_of(r) for r in rows)
-    notes = [
-        f"{len(rows)} jobs: {tally(statuses)}"
-        + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
-        "Accuracy: mean over the seeds that finished; up to three seeds each is drawn as a "
-        "point, beyond that error bars are their sample standard deviation (n - 1); std is "
-        "blank for one seed.",
-    ]
-    if lr_grid:
-        lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
-        notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
+    notes = opening_notes(rows, swept, lr_grid)
     names = variant_names(points, point_keys)
     laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
     figures = []
@@ -224,23 +243,16 @@ def report(
     problems = problem_rows(rows, description.get("swept") or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows, threshold)
-    written = [write_csv(table, out / "table.csv"), *figures]
     origin = provenance(sweep, description, rows)
-    page = out / "report.html"
-    written.append(
-        write_page(page, sweep, summary, notes, figures, table, problems, origin, settings)
+    page = write_page(
+        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings
     )
     print_table(table)
     for line in [*notes, *summary]:
         print(line)
     for problem in problems:
         print(f"{problem['status']}: {problem['job']}: {problem['error']}")
-    mode = wandb_mode_of(description, wandb_mode)
-    if mode != "disabled":
-        from harness.records.wandb_run import log_report
-
-        tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
-        folder = log_report(sweep, out, description, mode, tables, figures)
-        print(f"W&B ({mode}): {folder}")
+    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
+    written = [write_csv(table, out / "table.csv"), *figures, page]
     print(f"written to {out}: {', '.join(p.name for p in written)}")
     return table

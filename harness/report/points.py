@@ -260,7 +260,7 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
 
 
 def fallback_baselines(row: dict) -> dict[str, float]:
-    """Chance for a record written before records carried baselines: the task rebuilt from its
+    """Chance for a record without baselines: the task rebuilt from its
     parameters, scored by its own `baselines` (if it has them) on a generated set."""
     params = {k[len("task.") :]: v for k, v in row.items() if k.startswith("task.")}
     params.pop("eval_seq_lens", None)

@@ -140,9 +140,10 @@ def draw(
     varied, or a task that is not there, is left out; of two axes that are the same plot,
     one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
     `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
-    unknown); `laws` and `threshold`, the capacity law's. Where the capacity figure is drawn,
-    the accuracy against state is left out: its accuracy is a token-weighted mean over the
-    tested loads, which the capacity figure replaces by the readout."""
+    unknown); `laws` and `threshold`, the capacity law's. For load curves the accuracy against
+    state is left out: its accuracy would be a token-weighted mean over the tested loads, no
+    one load and no readout; the capacity figure (or the load curves' legend) gives the
+    readout against the state."""
     threshold = default_threshold() if threshold is None else threshold
     runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
     points, point_keys = variants(points, point_keys)
@@ -158,26 +159,21 @@ def draw(
             )
             for key in axes
         },
-        "acc_vs_state": None if capacity else state_figure(points, point_keys, subtitle, chosen),
+        "acc_vs_state": None
+        if any(p.capacity for p in points)
+        else accuracy_figure(
+            points,
+            "state_bytes",
+            point_keys,
+            "Accuracy against recurrent state size",
+            subtitle,
+            chosen,
+        ),
         "acc_vs_test_length": length_figure(points, point_keys, subtitle),
         "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
         "copy_vs_length": copy_figure(points, point_keys, subtitle),
     }
     return {name: figure for name, figure in figures.items() if figure is not None}
-
-
-def state_figure(
-    points: list[Point], point_keys: list[str], subtitle: str, chosen: list[str] | None
-) -> Figure | None:
-    """Accuracy against the state in bytes; for load curves its y axis says what it is."""
-    curves = any(p.capacity for p in points)
-    title = "Accuracy against recurrent state size"
-    figure = accuracy_figure(points, "state_bytes", point_keys, title, subtitle, chosen)
-    if figure is not None and curves:
-        for ax in figure.axes:
-            if ax.get_visible() and ax.get_ylabel():
-                ax.set_ylabel("accuracy, token-weighted mean\nover the tested loads")
-    return figure
 
 
 def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:

@@ -88,6 +88,7 @@ def test_a_sweep_of_load_curves_reports_the_figure_and_the_readout(tmp_path) -> 
     records += [curve_record("linear", {**LINEAR, 8: 0.9 + 0.02 * s}, s) for s in (0, 1)]
     table = report(write_sweep(tmp_path / "sweep", records), wandb_mode="disabled")
     assert (tmp_path / "sweep" / "report" / "acc_vs_load.png").exists()
+    assert not (tmp_path / "sweep" / "report" / "acc_vs_state.png").exists()  # a mean over loads
     by_model = {row["model"]: row for row in table}
     assert by_model["softmax"]["verdict"] == "; ".join(["not_limited (holds_every_load)"] * 2)
     assert by_model["softmax"]["n90"] == ">=64; >=64"

@@ -16,9 +16,10 @@ maximised over (log a, b, log sigma) (BFGS from the least-squares fit of the exa
 Every run counts: a state that ran out of room below the judging load (left), one that held
 every tested load (right), a run still rising (right: a lower bound). The interval of b is a
 percentile bootstrap over seeds: each resample draws, within every cell (state size), as many
-runs as it has, with replacement, and refits; so it reflects the spread between seeds, not a
-t quantile on few degrees of freedom. Its percentiles are widened about b by sqrt(m / (m - 1))
-(m runs per cell: `small_sample_factor`). `offset` and a fixed slope give the proportional model
+runs as it has, with replacement, redraws each read run within its own sampling error, and
+refits; so it reflects the spread between seeds (and between test sets), not a t quantile on
+few degrees of freedom. Its percentiles are widened about b by sqrt(m / (m - 1)) (m runs per
+cell: `small_sample_factor`). `offset` and a fixed slope give the proportional model
 (`harness.readouts.proportional_law`)."""
 
 import math
@@ -248,9 +249,10 @@ def resample_weights(observations: Sequence[Observation], resamples: int, seed: 
 def resampled_slopes(
     observations: Sequence[Observation], theta: np.ndarray, resamples: int, seed: int
 ) -> list[float]:
-    """b refitted on each resample (`resample_weights`), from the full fit's `theta`; a
-    resample whose drawn runs read at fewer than two state sizes, or whose fit does not
-    converge, is left out."""
+    """b refitted on each resample (`resample_weights`), from the full fit's `theta`, each read
+    run's log readout redrawn within its own sampling error (N(0, s_i^2): another test set),
+    censored bounds kept; a resample whose drawn runs read at fewer than two state sizes, or
+    whose fit does not converge, is left out."""
     weights = resample_weights(observations, resamples, seed)
     read = np.array([o.kind in (EXACT, INTERVAL) for o in observations])
     floats = np.array([o.floats for o in observations])
@@ -259,7 +261,11 @@ def resampled_slopes(
     if not keep.any():
         return []
     start_ = np.repeat(theta[None, :], int(keep.sum()), axis=0)
-    fitted, ok = newton(start_, Design(observations), weights[keep])
+    design = Design(observations)
+    noise = np.random.default_rng(seed + 1).normal(size=(int(keep.sum()), len(observations)))
+    noise *= np.sqrt(design.s2) * design.masks[EXACT]
+    design.lo, design.hi = design.lo + noise, design.hi + noise
+    fitted, ok = newton(start_, design, weights[keep])
     return [float(b) for b in fitted[ok, 1]]
 
 

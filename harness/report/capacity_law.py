@@ -4,6 +4,7 @@ training_limited (`harness.readouts.censored_law`), b's interval a bootstrap ove
 the two nulls beside it (`harness.readouts.proportional_law`): the exponent the mixer's rank
 bound predicts across the sweep's cells, and a proportional law with an overhead."""
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -104,6 +105,28 @@ def law_runs(law: MixerLaw) -> str:
     )
 
 
+def error_against_spread(runs: list[CapacityRun]) -> str:
+    """The readouts' sampling error against the spread between seeds, both of log n90 over
+    the read runs: the root mean square of the errors, and the pooled standard deviation
+    within cells (sum over cells of squared deviations from the cell's mean, over the runs
+    less the cells)."""
+    read = [r for r in runs if r.fitted and r.n90_censoring is None and r.n90_se_log]
+    by_cell: dict[float, list[float]] = defaultdict(list)
+    for r in read:
+        by_cell[r.floats].append(math.log(r.n90))
+    cells = [v for v in by_cell.values() if len(v) >= 2]
+    free = sum(len(v) - 1 for v in cells)
+    if not free:
+        return "no cell with two read seeds to compare the sampling error with"
+    pooled = math.sqrt(sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in cells) / free)
+    error = math.sqrt(sum(r.n90_se_log**2 for r in read) / len(read))
+    relation = "below" if error < pooled else "not below"
+    return (
+        f"sampling error of log n90 {error:.3f} (rms over {len(read)} read runs), {relation} "
+        f"the spread between seeds {pooled:.3f} (pooled over {len(cells)} cells)"
+    )
+
+
 def law_note(law: MixerLaw) -> str:
     """One line per mixer: both laws with their intervals, the runs, and both nulls."""
     fit, half = law.n90, law.n50
@@ -115,7 +138,8 @@ def law_note(law: MixerLaw) -> str:
     if half is not None:
         text += f"; n50 b = {half.shown()}"
     proportional = law.against_proportional()
-    return text + (f"; {proportional}" if proportional else "") + "."
+    text += f"; {proportional}" if proportional else ""
+    return f"{text}; {error_against_spread(law.runs)}."
 
 
 def law_notes(laws: dict[str, MixerLaw]) -> list[str]:

@@ -10,7 +10,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from harness.readouts.capacity import TRAINING_LIMITED, level_name, shown
+from harness.readouts.capacity import NOT_LIMITED, TRAINING_LIMITED, level_name, shown
 from harness.readouts.convergence import left_floor, under_floor
 from harness.records.schema import OK, status_of
 
@@ -157,6 +157,8 @@ def capacity_text(capacity: dict | None) -> str:
     if capacity.get("verdict") == TRAINING_LIMITED:
         below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
         text += f" ({below}: not a limit)"
+    elif capacity.get("verdict") == NOT_LIMITED and capacity.get("n90") is not None:
+        text += f" (holds every tested load, up to {capacity['n90']:g})"
     return text
 
 

@@ -18,8 +18,8 @@ from harness.readouts.capacity import (
 )
 from harness.readouts.convergence import left_floor, under_floor
 from harness.records.schema import OK
-from harness.report.points import Point
-from harness.report.style import describe
+from harness.report.points import Point, sort_key
+from harness.report.style import describe, model_order
 
 
 def name(point: Point) -> str:
@@ -126,5 +126,9 @@ def verdicts(points: list[Point], rows: list[dict], threshold: float = 0.9) -> l
     failed = [p for p in points if p.status == "failed"]
     if failed:
         lines.append(f"Failed: {listed(failed)}: see the failed jobs below.")
-    lines.extend(cell_line(p, threshold) for p in points if p.capacity)
+    cells = sorted(
+        (p for p in points if p.capacity),
+        key=lambda p: (model_order(p.model), [sort_key(v) for v in p.params.values()]),
+    )
+    lines.extend(cell_line(p, threshold) for p in cells)
     return [line for line in lines if line]

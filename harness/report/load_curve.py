@@ -108,7 +108,8 @@ def load_figure(
     return fig
 
 
-LINE_STYLES = ("-", "--", "-.", ":")
+LINE_STYLES = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3)), (0, (1, 3)))
+"""A distinct dash per line of one panel (seven before they repeat)."""
 
 
 def budget(rows: list[dict], load: str, threshold: float = 0.9) -> str:
@@ -132,7 +133,7 @@ def draw_curve(
     accuracies as small markers (hollow where it had not converged)."""
     mean = accuracy_by_load(point.metrics, load)
     loads = sorted(mean)
-    style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % 4])
+    style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % len(LINE_STYLES)])
     if point.model == REFERENCE:  # the band other curves lie on, as in every figure
         style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
     params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}

@@ -133,7 +133,8 @@ def draw_curve(
     accuracies as small markers (hollow where it had not converged)."""
     mean = accuracy_by_load(point.metrics, load)
     loads = sorted(mean)
-    style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % len(LINE_STYLES)])
+    dash = LINE_STYLES[index % len(LINE_STYLES)]
+    style = dict(color=colour(point.model), linewidth=1.6, linestyle=dash)
     if point.model == REFERENCE:  # the band other curves lie on, as in every figure
         style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
     params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}

@@ -121,10 +121,10 @@ def batched(
     theta [R, 3] = (log a, b, log sigma) (or [R, 2], b fixed at `slope`), weights [R, n] (how
     often each run is drawn); returns the log-likelihoods [R] and their gradients [R, 3] (or
     [R, 2]). sigma^2 = exp(2 log sigma) + `MIN_SIGMA`^2, so that the likelihood stays
-    bounded."""
+    bounded; log sigma is read within [-20, 20] (an optimiser's trial step can leave it)."""
     log_a = theta[:, :1]
     b = theta[:, 1:2] if slope is None else slope
-    var = np.exp(2 * theta[:, -1:])
+    var = np.exp(2 * np.clip(theta[:, -1:], -20.0, 20.0))
     mu = log_a + b * d.x + d.offset
     tau = np.sqrt(var + MIN_SIGMA**2 + d.s2)
     z_lo, z_hi = (d.lo - mu) / tau, (d.hi - mu) / tau

@@ -31,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 from common.checks import require
 from harness.config.hashing import config_hash
 from harness.config.refusal import BadInput, as_bad_input, refused
-from harness.readouts.capacity import DEFAULT_THRESHOLD, readout_of
+from harness.config.settings import defaults
+from harness.readouts.capacity import readout_of
 from harness.records.record import new_record, write_record
 from harness.records.schema import OK, RECORD
 from harness.train import baseline_metrics, describe, job_threads
@@ -170,8 +171,10 @@ def evaluate(
     trainer.test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
-    threshold = OmegaConf.select(cfg, "capacity.threshold", default=DEFAULT_THRESHOLD)
-    record["capacity"] = readout_of(record["metrics"], threshold)
+    default = defaults()["capacity.threshold"]
+    threshold = OmegaConf.select(cfg, "capacity.threshold", default=default)
+    train, num_test = record.get("train"), parts.data.sizes["test"]
+    record["capacity"] = readout_of(record["metrics"], threshold, train, num_test)
     record["status"] = OK
     write_record(out, record)
     return record

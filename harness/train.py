@@ -257,7 +257,8 @@ def test(trainer: L.Trainer, parts: Parts, record: dict, threshold: float) -> No
     trainer.test(parts.module, datamodule=parts.data, verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
-    record["capacity"] = readout_of(record["metrics"], threshold)
+    num_test = parts.data.sizes["test"]
+    record["capacity"] = readout_of(record["metrics"], threshold, record["train"], num_test)
 
 
 def baseline_metrics(parts: Parts) -> dict[str, float]:

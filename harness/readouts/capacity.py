@@ -2,41 +2,76 @@
 state or only the training (docs/background.md, "Reading a load curve").
 
 A load curve is accuracy against load (MQAR's key-value pairs, a copy's length, ...), measured
-on one model's final weights at every tested load. Two readouts come from it:
+on one model's final weights at every tested load. Two readouts come from it, `n(t)` at the
+threshold t (`capacity.threshold`: `n90` at 0.9, `n80` at 0.8; the record's key is `n90`
+whatever t is, and `level_name` gives the label) and `n50`:
 
 - `n(t)`: the largest load at which accuracy is at least `t`, interpolated linearly in log load
-  between the last tested load at or above `t` and the next one;
-- the limit verdict, judged at the smallest tested load whose binding-free floor (the best
-  baseline there) is at most 0.5, where a guess without binding cannot pass:
-    - `not_limited`: accuracy >= threshold at every tested load;
-    - `capacity_limited`: >= threshold at that load, below it at some larger one: the run
-      retrieves while its state has room, so `n90` measures the state;
-    - `training_limited`: below the threshold at that load: it has not learned to retrieve
-      where the state has room, so its readouts say nothing about the state.
-"""
+  between the last tested load at or above `t` and the next one (`load_at`);
+- the limit verdict, judged at the smallest tested load j whose binding-free floor f_j (the
+  best baseline there) is at most 0.5, where a guess without binding cannot pass. With a_j the
+  accuracy there and se_j its sampling error (`sampling_error`), the run has *learned to bind*
+  when a_j > f_j + max(2 se_j, 0.1 (1 - f_j)) (the floor margin of
+  `harness.readouts.convergence.left_floor`, and more than the noise):
+    - `not_limited`: a_j >= t and every tested load from j up holds t; n(t) is right-censored
+      at the largest tested load ("holds every tested load, up to 16");
+    - `capacity_limited`: a_j >= t and some larger load falls below t (n(t) read between two
+      tested loads); or a_j < t in a run that learned to bind and converged: its state ran out
+      of room below j, so n(t) < j, a left-censored readout;
+    - `training_limited`: a_j < t in a run at the floor (`at_floor`, whatever its validation
+      curve did) or still rising (`still_rising`): its readouts say nothing about the state.
+
+Each readout carries its censoring: `left` (n < the bound), `right` (n >= the bound: the
+largest tested load, or the readout of a run still rising, which more steps can only raise)
+or None (read between two tested loads). The readouts' sampling error is
+`harness.readouts.readout_error`."""
 
 import math
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from harness.readouts.convergence import FLOOR_MARGIN, NOISE_SIGMAS, training_state
+from harness.readouts.readout_error import readout_errors
+
 NOT_LIMITED = "not_limited"
 CAPACITY_LIMITED = "capacity_limited"
 TRAINING_LIMITED = "training_limited"
 VERDICTS = (NOT_LIMITED, CAPACITY_LIMITED, TRAINING_LIMITED)
+
+HOLDS_EVERY_LOAD = "holds_every_load"
+FALLS_WITHIN = "falls_within_tested_loads"
+BELOW_JUDGING_LOAD = "below_judging_load"
+AT_FLOOR = "at_floor"
+STILL_RISING = "still_rising"
+WHY = {
+    HOLDS_EVERY_LOAD: "holds every tested load",
+    FALLS_WITHIN: "falls below the threshold within the tested loads",
+    BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
+    AT_FLOOR: "at the binding-free floor at the judging load",
+    STILL_RISING: "still rising, below the threshold at the judging load",
+}
+"""The reason behind each verdict, as the report writes it."""
+
+LEFT, RIGHT = "left", "right"
+"""A censored readout: n < its value (left) or n >= its value (right)."""
 
 JUDGING_FLOOR = 0.5
 """The verdict is judged at the smallest load whose binding-free floor is at most this."""
 FLOOR_TOLERANCE = 0.02
 """How far a measured floor may sit above `JUDGING_FLOOR` and still count: a baseline that is
 exactly 1/2 (MQAR at 2 pairs) reads up to a point above it on a few hundred test examples."""
-DEFAULT_THRESHOLD = 0.9
 
 ACC_BY = "test/acc_by/"
 BASELINE_BY = "test/baseline_by/"
 """The record's per-load metrics: `test/acc_by/<load>/<value>` (the accuracy sliced by the
 per-example load) and `test/baseline_by/<load>/<value>/<name>` (each binding-free baseline
 on the examples at that load)."""
+
+
+def level_name(level: float) -> str:
+    """The readout's label at `level`: `n90` at 0.9, `n80` at 0.8, `n95` at 0.95."""
+    return f"n{100 * level:.3g}"
 
 
 def baseline_metrics_by_load(load: str, baselines: Mapping[int, Mapping[str, float]]) -> dict:
@@ -88,8 +123,7 @@ def load_at(curve: Mapping[int, float], level: float) -> float | None:
     """The largest load at which accuracy is >= `level`, interpolated in log load.
 
     With loads n_1 < ... < n_k and accuracies a_i, let i be the largest index with
-    a_i >= level. If i = k, the readout is n_k (every tested load passes up to there: a lower
-    bound, see `censored`). Otherwise a_{i+1} < level, and
+    a_i >= level. If i = k, the readout is n_k (a lower bound). Otherwise a_{i+1} < level, and
 
         log n = log n_i + (a_i - level) / (a_i - a_{i+1}) * (log n_{i+1} - log n_i).
 
@@ -114,54 +148,148 @@ def judging_load(floors: Mapping[int, float]) -> int | None:
     return min(eligible) if eligible else None
 
 
-def verdict(
-    curve: Mapping[int, float], floors: Mapping[int, float], threshold: float = DEFAULT_THRESHOLD
-) -> str | None:
-    """`not_limited`, `capacity_limited` or `training_limited` (module docstring); None when no
-    tested load has a floor at most 0.5, so nothing can be judged."""
-    judged = judging_load({n: f for n, f in floors.items() if n in curve})
-    if judged is None:
+def sampling_error(acc: float, examples: float | None) -> float:
+    """sqrt(a (1 - a) / m): the standard error of an accuracy `acc` over `examples` test
+    examples (an upper bound: the answers of one example are correlated, so the example is the
+    unit; `harness.readouts.convergence.standard_error`); 0 when the count is unknown."""
+    if not examples or math.isnan(acc):
+        return 0.0
+    return math.sqrt(max(acc * (1 - acc), 0.0) / examples)
+
+
+def bound(acc: float, floor: float, se: float) -> bool:
+    """Clearly above the floor: acc > floor + max(2 se, 0.1 (1 - floor)) (module docstring)."""
+    return acc > floor + max(NOISE_SIGMAS * se, FLOOR_MARGIN * (1 - floor))
+
+
+def judged(
+    curve: Mapping[int, float],
+    floors: Mapping[int, float],
+    threshold: float,
+    training: str | None = None,
+    examples: Mapping[int, float] | None = None,
+) -> tuple[str, str] | None:
+    """(verdict, why) of the module docstring; `training` is the run's `training_state`
+    (`converged`, `still_rising`, `at_floor`; None: unknown, which never reads as converged),
+    `examples` the test examples at each load (for the sampling error). None when no tested
+    load has a floor at most 0.5, so nothing can be judged."""
+    j = judging_load({n: f for n, f in floors.items() if n in curve})
+    if j is None:
         return None
-    if not curve[judged] >= threshold:  # NaN (no answers at that load) counts as below
-        return TRAINING_LIMITED
-    if all(acc >= threshold for n, acc in curve.items() if n >= judged):
-        return NOT_LIMITED
-    return CAPACITY_LIMITED
+    acc = curve[j]
+    if acc >= threshold:  # NaN (no answers at that load) counts as below
+        if all(a >= threshold for n, a in curve.items() if n >= j):
+            return NOT_LIMITED, HOLDS_EVERY_LOAD
+        return CAPACITY_LIMITED, FALLS_WITHIN
+    se = sampling_error(acc, (examples or {}).get(j))
+    if math.isnan(acc) or not bound(acc, floors[j], se) or training == AT_FLOOR:
+        return TRAINING_LIMITED, AT_FLOOR
+    if training == "converged":
+        return CAPACITY_LIMITED, BELOW_JUDGING_LOAD
+    return TRAINING_LIMITED, STILL_RISING
+
+
+def verdict(
+    curve: Mapping[int, float],
+    floors: Mapping[int, float],
+    threshold: float,
+    training: str | None = None,
+    examples: Mapping[int, float] | None = None,
+) -> str | None:
+    """The verdict alone (`judged`)."""
+    found = judged(curve, floors, threshold, training, examples)
+    return found[0] if found else None
+
+
+def censoring(
+    value: float | None, largest: float, at: int | None, rising: bool
+) -> tuple[float | None, str | None]:
+    """(readout, censoring) of an n(t) read as `value`: left-censored at the judging load `at`
+    where it lies below it (or no load reached the level: there is nothing to read below `at`,
+    where a guess passes), right-censored at the largest tested load, or where the run is
+    still rising (`rising`: more steps can only raise it)."""
+    if at is not None and (value is None or value < at):
+        return float(at), LEFT
+    if value is None:
+        return None, None
+    if value >= largest or rising:
+        return value, RIGHT
+    return value, None
 
 
 def readout(
-    curve: Mapping[int, float], floors: Mapping[int, float], threshold: float = DEFAULT_THRESHOLD
+    curve: Mapping[int, float],
+    floors: Mapping[int, float],
+    threshold: float,
+    training: str | None = None,
+    examples: Mapping[int, float] | None = None,
 ) -> dict:
-    """The record's `capacity`: `n90` (at `threshold`), `n50`, the `verdict`, the `threshold`,
-    the load it was judged at (`judged_at`), and `censored`: the readouts that equal the
-    largest tested load, and are therefore lower bounds (the curve never fell below the level
-    within the tested range)."""
-    largest = max(curve)
-    n90, n50 = load_at(curve, threshold), load_at(curve, 0.5)
-    return {
-        "n90": n90,
-        "n50": n50,
-        "verdict": verdict(curve, floors, threshold),
-        "threshold": threshold,
-        "judged_at": judging_load({n: f for n, f in floors.items() if n in curve}),
-        "censored": [name for name, n in (("n90", n90), ("n50", n50)) if n == largest],
-    }
+    """The record's `capacity`: `n90` (at `threshold`: see `level_name`) and `n50`, each with
+    its censoring (`n90_censoring`, `n50_censoring`: `left`, `right` or None) and its sampling
+    error (`n90_se`, `n90_se_log`, ...: `harness.readouts.readout_error`, from the
+    `examples`); the `verdict` and `why` (`judged`), the `threshold`, the load it was judged at
+    (`judged_at`), the run's `training` state, and `censored`: the readouts that are lower
+    bounds."""
+    at = judging_load({n: f for n, f in floors.items() if n in curve})
+    found = judged(curve, floors, threshold, training, examples)
+    verdict_, why = found if found else (None, None)
+    rising = training == STILL_RISING and verdict_ != TRAINING_LIMITED
+    out: dict[str, Any] = {"verdict": verdict_, "why": why, "threshold": threshold}
+    out.update(judged_at=at, training=training)
+    for name, level in (("n90", threshold), ("n50", 0.5)):
+        value, kind = censoring(load_at(curve, level), max(curve), at, rising)
+        out[name], out[f"{name}_censoring"] = value, kind
+        inside = kind is None or (kind == RIGHT and value < max(curve))
+        errors = readout_errors(curve, examples, level) if inside else None
+        out[f"{name}_se"], out[f"{name}_se_log"] = errors or (None, None)
+    out["censored"] = [name for name in ("n90", "n50") if out[f"{name}_censoring"] == RIGHT]
+    return out
 
 
-def readout_of(metrics: Mapping[str, Any], threshold: float = DEFAULT_THRESHOLD) -> dict | None:
-    """`readout` of a record's per-load metrics, with the `load` it was read over; None when
-    the run was not tested on more than one load."""
+def examples_by_load(curve: Mapping[int, float], num_test: float | None) -> dict[int, float]:
+    """The test examples expected at each tested load: `num_test` in equal shares (the presets
+    test each load in equal shares: `load_dist: log2` or equal `load_weights`); empty when the
+    count is unknown."""
+    if not num_test or not curve:
+        return {}
+    return {n: num_test / len(curve) for n in curve}
+
+
+def readout_of(
+    metrics: Mapping[str, Any],
+    threshold: float,
+    train: Mapping[str, Any] | None = None,
+    num_test: float | None = None,
+    min_delta: float = 0.01,
+) -> dict | None:
+    """`readout` of a record's per-load metrics at `threshold`, with the `load` it was read
+    over; `train` (the record's `train`: `converged`, `val_curve`, `floor`) gives the training
+    state (`harness.readouts.convergence.training_state`, with `min_delta`), `num_test` the
+    test examples (`examples_by_load`). None when the run was not tested on more than one
+    load."""
     load = load_of(metrics)
     curve = accuracy_by_load(metrics, load) if load else {}
     if len(curve) < 2:
         return None
-    return {"load": load, **readout(curve, floors_by_load(metrics, load), threshold)}
+    training = training_state(train, min_delta) if train else None
+    floors = floors_by_load(metrics, load)
+    examples = examples_by_load(curve, num_test)
+    return {"load": load, **readout(curve, floors, threshold, training, examples)}
 
 
-def shown(capacity: Mapping[str, Any], name: str) -> str:
-    """A readout as the console and the report print it: `12.3`, `>=64` where it is the largest
-    tested load (a lower bound), `-` where no tested load reached the level."""
+def shown(capacity: Mapping[str, Any], name: str, with_error: bool = False) -> str:
+    """A readout as the console and the report print it: `12.3`, `>=16` where it is a lower
+    bound (the largest tested load, or a run still rising), `<2` where it lies below the
+    judging load, `-` where there is none; `with_error`: `12.3 ± 0.8` (its sampling error)."""
     value = capacity.get(name)
     if value is None:
         return "-"
-    return (">=" if name in (capacity.get("censored") or []) else "") + f"{value:.3g}"
+    kind = capacity.get(f"{name}_censoring")
+    if kind is None and name in (capacity.get("censored") or []):
+        kind = RIGHT
+    sign = {LEFT: "<", RIGHT: ">="}.get(kind, "")
+    text = f"{sign}{value:.3g}"
+    se = capacity.get(f"{name}_se")
+    if with_error and kind != LEFT and se is not None and not math.isnan(se):
+        text += f" ± {se:.2g}"
+    return text

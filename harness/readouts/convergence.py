@@ -113,3 +113,22 @@ def converged(
     floor (`plateaued`); false when the run ended (out of budget, or diverged) while still
     rising, or still at the floor."""
     return reached(curve, threshold) or plateaued(curve, floor, patience, min_delta, num_examples)
+
+
+CONVERGED, STILL_RISING, AT_FLOOR = "converged", "still_rising", "at_floor"
+TRAINING_STATES = (CONVERGED, STILL_RISING, AT_FLOOR)
+
+
+def training_state(train: dict, min_delta: float = 0.01) -> str | None:
+    """How a run's training ended, from its record's `train`: `converged` (`train.converged`),
+    `at_floor` (not converged, and its validation curve never `left_floor`: flat at the
+    binding-free floor, which is not "still rising"), or `still_rising` (not converged, off the
+    floor); None when the record does not say."""
+    if train.get("converged"):
+        return CONVERGED
+    if train.get("converged") is None:
+        return None
+    curve, floor = train.get("val_curve") or [], train.get("floor")
+    if floor is not None and curve and not left_floor(curve, floor, min_delta):
+        return AT_FLOOR
+    return STILL_RISING

@@ -24,7 +24,9 @@ from common.checks import is_real
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget
-from harness.report.capacity_law import capacity_figure, capacity_laws, capacity_runs, law_notes
+from harness.report.capacity_figure import capacity_figure
+from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
+from harness.report.capacity_runs import capacity_runs
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -43,6 +45,7 @@ from harness.report.points import (
     varied,
 )
 from harness.report.provenance import provenance
+from harness.report.reread import default_threshold, reread, threshold_of
 from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
@@ -52,7 +55,7 @@ __all__ = ["report"]
 
 
 def description_of(sweep: Path) -> dict:
-    """`sweep.json`, or what Hydra's `multirun.yaml` says (sweeps started before it existed)."""
+    """`sweep.json`, or what Hydra's `multirun.yaml` says where there is no `sweep.json`."""
     description = sweep_description(sweep)
     if description or not (sweep / "multirun.yaml").exists():
         return description
@@ -126,34 +129,46 @@ def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None
 
 
 def draw(
-    points: list[Point], point_keys: list[str], rows: list[dict], chosen: list[str] | None = None
+    points: list[Point],
+    point_keys: list[str],
+    rows: list[dict],
+    chosen: list[str] | None = None,
+    laws: dict[str, MixerLaw] | None = None,
+    threshold: float | None = None,
 ) -> dict[str, Figure]:
     """Every figure the points call for, by file name (a figure for a variable that was not
     varied, or a task that is not there, is left out; of two axes that are the same plot,
     one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
     `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
-    unknown)."""
+    unknown); `laws` and `threshold`, the capacity law's. For load curves the accuracy against
+    state is left out: its accuracy would be a token-weighted mean over the tested loads, no
+    one load and no readout; the capacity figure (or the load curves' legend) gives the
+    readout against the state."""
+    threshold = default_threshold() if threshold is None else threshold
     runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
     points, point_keys = variants(points, point_keys)
     subtitle = budget(rows)
     axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
+    capacity = capacity_figure(runs, rows, laws or {}, threshold)
     figures = {
-        "acc_vs_load": load_figure(points, point_keys, rows),  # the headline where there is one
-        "capacity_vs_state": capacity_figure(runs, rows),
+        "acc_vs_load": load_figure(points, point_keys, rows, threshold),  # the headline
+        "capacity_vs_state": capacity,
         **{
             f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
                 points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
             )
             for key in axes
         },
-        "acc_vs_state": accuracy_figure(
+        "acc_vs_state": None
+        if any(p.capacity for p in points)
+        else accuracy_figure(
             points,
             "state_bytes",
             point_keys,
             "Accuracy against recurrent state size",
             subtitle,
             chosen,
-        ),  # fmt: skip
+        ),
         "acc_vs_test_length": length_figure(points, point_keys, subtitle),
         "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
         "copy_vs_length": copy_figure(points, point_keys, subtitle),
@@ -161,21 +176,9 @@ def draw(
     return {name: figure for name, figure in figures.items() if figure is not None}
 
 
-def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> list[dict]:
-    """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table."""
-    sweep = Path(sweep)
-    frame = load_sweep(sweep)
-    if frame.empty:
-        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
-    out = Path(out or sweep / "report")
-    out.mkdir(parents=True, exist_ok=True)
-    description = description_of(sweep)
-    rows = clean_rows(frame)
-    columns = parameter_columns(rows)
-    swept = varied(rows, columns)
-    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    lr_grid = "optim.lr" in swept
-    points = aggregate(rows, point_keys)
+def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
+    """The page's first notes: the jobs and what varied, how accuracy is aggregated, and the
+    learning-rate grid where there is one."""
     statuses = Counter(status_of(r) for r in rows)
     notes = [
         f"{len(rows)} jobs: {tally(statuses)}"
@@ -187,34 +190,65 @@ def report(sweep: Path, out: Path | None = None, wandb_mode: str = "auto") -> li
     if lr_grid:
         lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
         notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
+    return notes
+
+
+def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
+    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
+    mode = wandb_mode_of(description, wandb_mode)
+    if mode == "disabled":
+        return
+    from harness.records.wandb_run import log_report
+
+    tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+    folder = log_report(sweep, out, description, mode, tables, figures)
+    print(f"W&B ({mode}): {folder}")
+
+
+def report(
+    sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
+) -> list[dict]:
+    """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table.
+    Every load curve's readout is read anew at `threshold` (default: the sweep's
+    `capacity.threshold`; `harness.report.reread`)."""
+    sweep = Path(sweep)
+    frame = load_sweep(sweep)
+    if frame.empty:
+        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
+    out = Path(out or sweep / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    description = description_of(sweep)
+    rows = clean_rows(frame)
+    threshold = threshold_of(rows, threshold)
+    rows = reread(rows, threshold)
+    columns = parameter_columns(rows)
+    swept = varied(rows, columns)
+    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
+    lr_grid = "optim.lr" in swept
+    points = aggregate(rows, point_keys)
+    notes = opening_notes(rows, swept, lr_grid)
+    names = variant_names(points, point_keys)
+    laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
     figures = []
-    for name, figure in draw(points, point_keys, rows, description.get("swept")).items():
+    drawn = draw(points, point_keys, rows, description.get("swept"), laws, threshold)
+    for name, figure in drawn.items():
         save(figure, out / f"{name}.png")
         figures.append(out / f"{name}.png")
-    names = variant_names(points, point_keys)
-    laws = capacity_laws(capacity_runs(points, point_keys, rows, names))
     notes.extend(law_notes(laws))
-    table = point_rows(points, point_keys, lr_grid, laws, names)
+    table = point_rows(points, point_keys, lr_grid, laws, names, threshold)
     problems = problem_rows(rows, description.get("swept") or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
-    summary = verdicts(points, rows)
-    written = [write_csv(table, out / "table.csv"), *figures]
+    summary = verdicts(points, rows, threshold)
     origin = provenance(sweep, description, rows)
-    page = out / "report.html"
-    written.append(
-        write_page(page, sweep, summary, notes, figures, table, problems, origin, settings)
+    page = write_page(
+        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings
     )
     print_table(table)
     for line in [*notes, *summary]:
         print(line)
     for problem in problems:
         print(f"{problem['status']}: {problem['job']}: {problem['error']}")
-    mode = wandb_mode_of(description, wandb_mode)
-    if mode != "disabled":
-        from harness.records.wandb_run import log_report
-
-        tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
-        folder = log_report(sweep, out, description, mode, tables, figures)
-        print(f"W&B ({mode}): {folder}")
+    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
+    written = [write_csv(table, out / "table.csv"), *figures, page]
     print(f"written to {out}: {', '.join(p.name for p in written)}")
     return table

@@ -1,4 +1,5 @@
-"""`python -m harness.report <sweep folder> [--out DIR] [--wandb auto|offline|online|disabled]`."""
+"""`python -m harness.report <sweep folder> [--out DIR] [--wandb auto|offline|online|disabled]
+[--threshold T]`."""
 
 import argparse
 from pathlib import Path
@@ -18,10 +19,19 @@ def main() -> None:
         choices=["auto", "offline", "online", "disabled"],
         help="log the report to W&B; auto (default): as the sweep's jobs did",
     )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="read every load curve at this accuracy (n80 at 0.8); default: the sweep's "
+        "capacity.threshold",
+    )
     args = parser.parse_args()
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        parser.error(f"--threshold={args.threshold} is invalid: must be in (0, 1]")
     if not args.sweep.is_dir():
         parser.error(f"sweep={args.sweep} is not a folder")
-    report(args.sweep, args.out, args.wandb)
+    report(args.sweep, args.out, args.wandb, args.threshold)
 
 
 if __name__ == "__main__":

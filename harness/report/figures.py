@@ -19,11 +19,13 @@ from harness.report.points import Point, as_key, covaries, missing, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     BASELINE_STYLES,
+    HOLLOW,
     REFERENCE,
     accuracy_axis,
     colour,
     describe,
     grid,
+    legend_entry,
     log2_axis,
     marker,
     model_order,
@@ -217,6 +219,54 @@ class Dodge:
         return x * self.STEP**near
 
 
+def draw_line(ax, model: str, note: str, ok: list[Point], at: dict, get_y, log_x: bool) -> None:
+    """One model's line through its ok points (error bars of one std beyond `SEED_POINTS`
+    seeds), markers at some of them (`marked`), its seeds, and a hollow marker over each
+    shown point that had not converged."""
+    look = REFERENCE_LINE if model == REFERENCE else LINE
+    style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
+    name = f"{model} {note}" if note else model
+    xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
+    errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
+    shown = marked([p.converged is False for p in ok], xs, log_x)
+    drawn = ax.errorbar(
+        xs, ys, yerr=errors if any(errors) else None, capsize=3, markevery=shown, **style, **look
+    )
+    drawn.lines[0].set_gid(f"model:{name}")
+    if model != REFERENCE:
+        drawn.lines[0].set_path_effects(HALO)
+    on_top = drawn.lines[0].get_zorder()
+    draw_seeds(ax, ok, lambda p: at[id(p)], model, on_top)
+    hollow = [ok[i] for i in shown if ok[i].converged is False]
+    ax.plot(
+        [at[id(p)] for p in hollow],
+        [get_y(p) for p in hollow],
+        linestyle="none",
+        marker=marker(model),
+        markersize=look["markersize"],
+        markerfacecolor="white",
+        markeredgecolor=colour(model),
+        zorder=on_top + 0.1,  # above the filled marker it hides
+        gid=f"not converged:{name}",
+    )
+
+
+def draw_notes(ax, labels: "Labels", mine, note: str, annotate, get_x, get_y, model: str) -> None:
+    """Each ok point's note (its `annotate` values), and an x at the bottom for each failed
+    or diverged point, with the reason."""
+    name = f"{model} {note}" if note else model
+    for p in mine:
+        if p.status == OK and get_y(p) is not None:
+            values = [f"{short(k)}={p.get(k)}" for k in annotate[:2] if not missing(p.get(k))]
+            text = ", ".join(filter(None, [note, *values]))
+            if text:
+                labels.add(text, get_x(p), get_y(p), color="dimgrey")
+        elif p.status != OK:
+            style = dict(marker="x", color=colour(model), markersize=9, mew=2)
+            ax.plot(get_x(p), -0.03, gid=f"not ok:{name}", **style)
+            labels.add(p.note, get_x(p), -0.03, color=colour(model))
+
+
 def draw_models(
     ax,
     points: list[Point],
@@ -227,76 +277,22 @@ def draw_models(
     dodge: bool = False,
     log_x: bool = True,
 ) -> None:
-    """One line per model through its ok points (hollow: not converged; three seeds or fewer:
-    each seed a small point; more: error bars of one std), and an x at the bottom for each
-    failed or diverged point, with the reason. Softmax is a wide band under the others;
-    `dodge` (log x axes) moves coinciding points of other models apart (`Dodge`). A line of
-    many points carries markers at some of them only (`marked`; `log_x`: spread along a log
-    axis), its line drawn through all."""
+    """One line per model through its ok points (`draw_line`: hollow where not converged;
+    three seeds or fewer: each seed a small point; more: error bars of one std), and an x at
+    the bottom for each failed or diverged point, with the reason (`draw_notes`). Softmax is a
+    wide band under the others; `dodge` (log x axes) moves coinciding points of other models
+    apart (`Dodge`). A line of many points carries markers at some of them only (`marked`;
+    `log_x`: spread along a log axis), its line drawn through all."""
     labels, dodged = Labels(ax), Dodge()
     for model, note, mine in series(points, list(apart)):
         mine.sort(key=lambda p: sort_key(get_x(p)))
         ok = [p for p in mine if p.status == OK and get_y(p) is not None]
-        look = REFERENCE_LINE if model == REFERENCE else LINE
-        style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
-        name = f"{model} {note}" if note else model
         at = {id(p): get_x(p) for p in ok}
         if dodge:
             at = {id(p): dodged.x(get_x(p), get_y(p), model == REFERENCE) for p in ok}
         if ok:
-            xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
-            errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
-            shown = marked([p.converged is False for p in ok], xs, log_x)
-            drawn = ax.errorbar(
-                xs,
-                ys,
-                yerr=errors if any(errors) else None,
-                capsize=3,
-                markevery=shown,
-                **style,
-                **look,
-            )
-            drawn.lines[0].set_gid(f"model:{name}")
-            if model != REFERENCE:
-                drawn.lines[0].set_path_effects(HALO)
-            on_top = drawn.lines[0].get_zorder()
-            draw_seeds(ax, ok, lambda p, at=at: at[id(p)], model, on_top)
-            hollow = [ok[i] for i in shown if ok[i].converged is False]
-            ax.plot(
-                [at[id(p)] for p in hollow],
-                [get_y(p) for p in hollow],
-                linestyle="none",
-                marker=marker(model),
-                markersize=look["markersize"],
-                markerfacecolor="white",
-                markeredgecolor=colour(model),
-                zorder=on_top + 0.1,  # above the filled marker it hides
-                gid=f"not converged:{name}",
-            )
-        for p in ok:
-            text = ", ".join(
-                filter(
-                    None,
-                    [
-                        note,
-                        *(f"{short(k)}={p.get(k)}" for k in annotate[:2] if not missing(p.get(k))),
-                    ],
-                )
-            )
-            if text:
-                labels.add(text, get_x(p), get_y(p), color="dimgrey")
-        for p in mine:
-            if p.status != OK:
-                ax.plot(
-                    get_x(p),
-                    -0.03,
-                    marker="x",
-                    color=colour(model),
-                    markersize=9,
-                    mew=2,
-                    gid=f"not ok:{name}",
-                )
-                labels.add(p.note, get_x(p), -0.03, color=colour(model))
+            draw_line(ax, model, note, ok, at, get_y, log_x)
+        draw_notes(ax, labels, mine, note, list(annotate), get_x, get_y, model)
 
 
 def draw_seeds(ax, points: list[Point], get_x, model: str, zorder: float) -> None:
@@ -352,72 +348,32 @@ def draw_baselines(
             )
 
 
+def model_entry(model: str) -> Line2D:
+    """A model's legend entry, in its look (softmax's band wider and lighter)."""
+    look = REFERENCE_LINE if model == REFERENCE else LINE
+    style = {k: v for k, v in look.items() if k != "zorder"}
+    return legend_entry(model, colour(model), marker(model), "-", **style)
+
+
 def legend_handles(points: list[Point], x: str | None = None) -> list[Line2D]:
     """Models (in the figure), baselines (coinciding ones in one entry), what the seeds'
     points or the bars are, and what x and hollow markers mean."""
-    handles = [
-        Line2D(
-            [],
-            [],
-            color=colour(m),
-            marker=marker(m),
-            label=m,
-            **{
-                k: v
-                for k, v in (REFERENCE_LINE if m == REFERENCE else LINE).items()
-                if k != "zorder"
-            },
-        )
-        for m in sorted({p.model for p in points}, key=model_order)
-    ]
+    handles = [model_entry(m) for m in sorted({p.model for p in points}, key=model_order)]
     for name, label in coinciding(baseline_curves(points, x)).items():
         style = BASELINE_STYLES.get(name, "-")
-        handles.append(Line2D([], [], color="grey", linestyle=style, label=f"baseline: {label}"))
+        handles.append(legend_entry(f"baseline: {label}", linestyle=style))
     ok = [p for p in points if p.status == OK]
     if any(1 < p.seeds <= SEED_POINTS for p in ok):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="grey",
-                marker="o",
-                markersize=3.5,
-                alpha=0.7,
-                linestyle="none",
-                label="small points: seeds; line: their mean",
-            )  # fmt: skip
-        )
+        label = "small points: seeds; line: their mean"
+        handles.append(legend_entry(label, marker="o", markersize=3.5, alpha=0.7))
     if any(p.seeds > SEED_POINTS for p in ok):
         counts = "/".join(str(n) for n in sorted({p.seeds for p in ok if p.seeds > SEED_POINTS}))
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="grey",
-                marker="|",
-                markersize=10,
-                linestyle="none",
-                label=f"bars: ±1 std over {counts} seeds",
-            )  # fmt: skip
-        )
+        label = f"bars: ±1 std over {counts} seeds"
+        handles.append(legend_entry(label, marker="|", markersize=10))
     if any(p.status != OK for p in points):
-        handles.append(
-            Line2D(
-                [], [], color="grey", marker="x", linestyle="none", mew=2, label="failed / diverged"
-            )
-        )
+        handles.append(legend_entry("failed / diverged", marker="x", mew=2))
     if any(p.converged is False for p in points):
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="grey",
-                marker="o",
-                markerfacecolor="white",
-                linestyle="none",
-                label="not converged",
-            )
-        )
+        handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
     return handles
 
 
@@ -436,7 +392,7 @@ def finish(
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
     handles = legend_handles(points, x)
     if train_length:
-        handles.append(Line2D([], [], color="grey", linestyle=":", label="training length"))
+        handles.append(legend_entry("training length", linestyle=":"))
     fig.legend(handles=handles, loc="outside right center", fontsize=8)
     if unplaced:
         lines = [f"{p.model} {describe(p.params)}: {p.note}" for p in unplaced[:6]]

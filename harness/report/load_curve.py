@@ -1,15 +1,17 @@
 """Accuracy against load from runs trained on a range of loads (docs/background.md, "Reading a
 load curve"): each run's per-load test accuracies (`test/acc_by/<load>/<value>`) beside the
 binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`), and the
-readout of the record (`capacity.n90`, `capacity.verdict`)."""
+readouts read at the report's threshold (`harness.report.reread`). A hollow marker is a seed
+that had not converged (`style.HOLLOW`), as in every figure."""
 
 from collections import defaultdict
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.readouts.capacity import TRAINING_LIMITED, accuracy_by_load, baselines_by_load, shown
+from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
 from harness.readouts.capacity import load_of as load_param
+from harness.readouts.convergence import CONVERGED
 from harness.report.baselines import coinciding
 from harness.report.budget import budget as training_budget
 from harness.report.budget import joined, values_of
@@ -18,11 +20,13 @@ from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     BASELINE_STYLES,
+    HOLLOW,
     REFERENCE,
     accuracy_axis,
     colour,
     describe,
     grid,
+    legend_entry,
     log2_axis,
     marker,
     model_order,
@@ -45,52 +49,70 @@ def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict
 
 
 def readout_label(rows: list[dict]) -> str:
-    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, 12.4 (...)` for several; `>=`
-    where the readout is the largest tested load (a lower bound)."""
+    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, >=12.4 (...)` for several, the
+    name at the readouts' threshold (`n80`); `>=` where the readout is a lower bound (the
+    largest tested load, or a run still rising), `<` where it lies below the judging load."""
     readouts = [
         {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("capacity.")} for r in rows
     ]
+    name = level_name(readouts[0].get("threshold") or 0.9) if readouts else "n90"
     values = ", ".join(shown(r, "n90") for r in readouts)
     verdicts = ", ".join(sorted({str(r.get("verdict")) for r in readouts}))
-    return f"n90 {values} ({verdicts})"
+    return f"{name} {values} ({verdicts})"
 
 
-def load_figure(points: list[Point], point_keys: list[str], rows: list[dict]) -> Figure | None:
+def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
+    """One panel when every model has one line; else one panel per model (and True)."""
+    models = sorted({p.model for p in curves}, key=model_order)
+    several = any(sum(p.model == m for p in curves) > 1 for m in models)
+    return ([[p for p in curves if p.model == m] for m in models] if several else [curves]), several
+
+
+def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) -> None:
+    """One panel: each point's curve and seeds, the baselines, the threshold's level."""
+    for index, point in enumerate(
+        sorted(mine, key=lambda p: [sort_key(p.get(k)) for k in point_keys])
+    ):
+        seeds = seeds_of(point, rows, point_keys)
+        draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
+    draw_load_baselines(ax, mine, load, handles)
+    log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
+    ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
+    ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
+    accuracy_axis(ax)
+    if several:
+        ax.set_title(mine[0].model, fontsize=10)
+
+
+def load_figure(
+    points: list[Point], point_keys: list[str], rows: list[dict], threshold: float = 0.9
+) -> Figure | None:
     """Test accuracy against load (log2), a line per model through the seeds' mean, each seed
-    a point (hollow: `training_limited`), the binding-free baselines in grey. One panel when
-    every model has one line; else one panel per model, one line per setting."""
+    a point (hollow: not converged), the binding-free baselines in grey, the threshold's level
+    as a light line. One panel when every model has one line; else one panel per model, one
+    line per setting."""
     curves = [p for p in points if p.status == "ok" and load_param(p.metrics)]
     if not curves:
         return None
     load = load_param(curves[0].metrics)
-    models = sorted({p.model for p in curves}, key=model_order)
-    several = any(sum(p.model == m for p in curves) > 1 for m in models)
-    layout = [[p for p in curves if p.model == m] for m in models] if several else [curves]
+    layout, several = load_layout(curves)
     fig, axes = grid(len(layout))
     handles: dict[str, Line2D] = {}
     for ax, mine in zip(axes, layout, strict=True):
-        for index, point in enumerate(
-            sorted(mine, key=lambda p: [sort_key(p.get(k)) for k in point_keys])
-        ):
-            seeds = seeds_of(point, rows, point_keys)
-            draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
-        draw_load_baselines(ax, mine, load, handles)
-        log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
-        ax.axhline(0.9, color="lightgrey", linewidth=0.8, zorder=0)
-        ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
-        accuracy_axis(ax)
-        if several:
-            ax.set_title(mine[0].model, fontsize=10)
+        load_panel(ax, mine, rows, point_keys, load, several, threshold, handles)
+    if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
+        handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
-    fig.suptitle(f"{title}\n{budget(rows, load)}", fontsize=11)
+    fig.suptitle(f"{title}\n{budget(rows, load, threshold)}", fontsize=11)
     fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=2, fontsize=8)
     return fig
 
 
-LINE_STYLES = ("-", "--", "-.", ":")
+LINE_STYLES = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3)), (0, (1, 3)))
+"""A distinct dash per line of one panel (seven before they repeat)."""
 
 
-def budget(rows: list[dict], load: str) -> str:
+def budget(rows: list[dict], load: str, threshold: float = 0.9) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
     what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
     mixtures = values_of(rows, "task.mixture")
@@ -100,7 +122,7 @@ def budget(rows: list[dict], load: str) -> str:
         trained = f"trained on {load}={joined(values_of(rows, f'task.{load}')) if rows else '?'}"
     return (
         f"{trained}, {training_budget(rows)}; line: seed mean, "
-        "points: seeds (hollow: training_limited); light line: 0.9"
+        f"points: seeds (hollow: not converged); light line: {threshold:g}"
     )
 
 
@@ -108,22 +130,23 @@ def draw_curve(
     ax, point: Point, seeds: list[dict], load: str, index: int, point_keys, handles
 ) -> None:
     """The seeds' mean through every tested load; with three seeds or fewer, each seed's
-    accuracies as small markers (hollow where its verdict is `training_limited`)."""
+    accuracies as small markers (hollow where it had not converged)."""
     mean = accuracy_by_load(point.metrics, load)
     loads = sorted(mean)
-    style = dict(color=colour(point.model), linewidth=1.6, linestyle=LINE_STYLES[index % 4])
+    dash = LINE_STYLES[index % len(LINE_STYLES)]
+    style = dict(color=colour(point.model), linewidth=1.6, linestyle=dash)
     if point.model == REFERENCE:  # the band other curves lie on, as in every figure
         style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
     params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}
     label = " ".join(filter(None, [point.model, describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
-    handles[label] = Line2D([], [], label=label, marker=marker(point.model), **style)
+    handles[label] = legend_entry(label, marker=marker(point.model), **style)
     if len(seeds) > 3:
         return
     for seed in seeds:
         curve = accuracy_by_load(seed, load)
-        hollow = seed.get("capacity.verdict") == TRAINING_LIMITED
+        hollow = seed.get("capacity.training") not in (None, CONVERGED)
         ax.plot(
             sorted(curve),
             [curve[n] for n in sorted(curve)],
@@ -156,6 +179,4 @@ def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
         ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)
     for name, label in drawn.items():
         style = BASELINE_STYLES.get(name, "-")
-        handles[f"baseline: {label}"] = Line2D(
-            [], [], color="grey", linestyle=style, label=f"baseline: {label}"
-        )
+        handles[f"baseline: {label}"] = legend_entry(f"baseline: {label}", linestyle=style)

@@ -73,7 +73,8 @@ class Point:
     refused: bool = False
     """Every job of the point was refused before it was built."""
     capacity: list[dict] = field(default_factory=list)
-    """Each ok seed's load-curve readout (`capacity.n90`, `n50`, `verdict`, `censored`)."""
+    """Each ok seed's load-curve readout (`harness.readouts.capacity.readout`: `n90`, `n50`,
+    their censoring and errors, `verdict`, `why`, `training`), in seed order."""
 
     def get(self, key: str) -> Any:
         """A parameter, or `state_bytes`, by name."""
@@ -236,8 +237,8 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
     } or fallback_baselines(first)
     point.refused = all(refused(r) for r in group)
     point.capacity = [
-        {k: r.get(f"capacity.{k}") for k in ("n90", "n50", "verdict", "censored")}
-        for r in ok
+        {"seed": r.get("seed"), **{k[9:]: v for k, v in r.items() if k.startswith("capacity.")}}
+        for r in sorted(ok, key=lambda r: sort_key(r.get("seed")))
         if r.get("capacity.verdict") is not None
     ]
     point.note = why_not_ok([r for r in group if r.get("status") != OK])
@@ -259,7 +260,7 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
 
 
 def fallback_baselines(row: dict) -> dict[str, float]:
-    """Chance for a record written before records carried baselines: the task rebuilt from its
+    """Chance for a record without baselines: the task rebuilt from its
     parameters, scored by its own `baselines` (if it has them) on a generated set."""
     params = {k[len("task.") :]: v for k, v in row.items() if k.startswith("task.")}
     params.pop("eval_seq_lens", None)

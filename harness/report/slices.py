@@ -30,6 +30,52 @@ def slice_values(point: Point, name: str) -> dict[int, float]:
     return {int(k[len(prefix) :]): v for k, v in point.metrics.items() if k.startswith(prefix)}
 
 
+def no_ok_job(ax, mine: list[Point], lengths: list) -> None:
+    """A panel whose model has no ok job: why, per length, instead of cells."""
+    ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
+    reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
+    ax.text(
+        0.5, 0.5, f"no ok job\n{reasons}", ha="center", va="center", fontsize=8,
+        transform=ax.transAxes,
+    )  # fmt: skip
+    ax.set_xlim(-0.5, len(lengths) - 0.5)
+    ax.set_yticks([])
+
+
+def draw_cells(ax, ok: list[Point], lengths: list):
+    """Depth x length cells of the ok points, each with its accuracy written in; the image."""
+    depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
+    cells = np.full((len(depths), len(lengths)), np.nan)
+    for p in ok:
+        column = lengths.index(p.seq_len)
+        for depth, acc in slice_values(p, "depth_bin").items():
+            cells[depths.index(depth), column] = acc
+    image = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    for (row, column), value in np.ndenumerate(cells):
+        text = "n/a" if np.isnan(value) else f"{value:.2f}".lstrip("0")
+        shade = "black" if not np.isnan(value) and value > 0.6 else "white"
+        ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
+    ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
+    ax.set_ylabel(AXIS_TITLES["depth_bin"])
+    return image
+
+
+def needle_panel(ax, mine: list[Point], title: str):
+    """One model's panel: lengths as columns (`not converged` under a column whose run had
+    not converged), the cells or why there are none; the image, or None."""
+    lengths = sorted({p.seq_len for p in mine}, key=sort_key)
+    ok = [p for p in mine if p.status == OK and slice_values(p, "depth_bin")]
+    ax.set_title(title, fontsize=10)
+    unfinished = {p.seq_len for p in mine if p.converged is False}
+    labels = [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths]
+    ax.set_xticks(range(len(lengths)), labels)
+    ax.set_xlabel(AXIS_TITLES["task.seq_len"])
+    if not ok:
+        no_ok_job(ax, mine, lengths)
+        return None
+    return draw_cells(ax, ok, lengths)
+
+
 def needle_heatmap(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
     """Depth x length accuracy, one panel per model (and per value of any other varied
     parameter); a model with no ok job shows why instead of cells; a length whose run had
@@ -49,48 +95,14 @@ def needle_heatmap(points: list[Point], point_keys: list[str], subtitle: str = "
     fig, axes = grid(
         len(layout), width=max(3.8, 0.75 * columns + 1.6), height=max(3.4, 0.3 * rows + 1.6)
     )
-    image = None
+    images = []
     for ax, (model, values) in zip(axes, layout, strict=True):
         mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
-        lengths = sorted({p.seq_len for p in mine}, key=sort_key)
-        ok = [p for p in mine if p.status == OK and slice_values(p, "depth_bin")]
-        depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
-        ax.set_title(" · ".join(filter(None, [model, describe(values)])), fontsize=10)
-        unfinished = {p.seq_len for p in mine if p.converged is False}
-        ax.set_xticks(
-            range(len(lengths)),
-            [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths],
-        )
-        ax.set_xlabel(AXIS_TITLES["task.seq_len"])
-        if not ok:
-            ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
-            reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
-            ax.text(
-                0.5,
-                0.5,
-                f"no ok job\n{reasons}",
-                ha="center",
-                va="center",
-                fontsize=8,
-                transform=ax.transAxes,
-            )
-            ax.set_xlim(-0.5, len(lengths) - 0.5)
-            ax.set_yticks([])
-            continue
-        cells = np.full((len(depths), len(lengths)), np.nan)
-        for p in ok:
-            column = lengths.index(p.seq_len)
-            for depth, acc in slice_values(p, "depth_bin").items():
-                cells[depths.index(depth), column] = acc
-        image = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-        for (row, column), value in np.ndenumerate(cells):
-            text = "n/a" if np.isnan(value) else f"{value:.2f}".lstrip("0")
-            shade = "black" if not np.isnan(value) and value > 0.6 else "white"
-            ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
-        ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
-        ax.set_ylabel(AXIS_TITLES["depth_bin"])
-    if image is not None:
-        bar = fig.colorbar(image, ax=axes, label="accuracy", shrink=0.8)
+        title = " · ".join(filter(None, [model, describe(values)]))
+        images.append(needle_panel(ax, mine, title))
+    drawn = [image for image in images if image is not None]
+    if drawn:
+        bar = fig.colorbar(drawn[-1], ax=axes, label="accuracy", shrink=0.8)
         mark_floors(bar, [p for p in needle if p.status == OK and slice_values(p, "depth_bin")])
     title = "Needle retrieval: accuracy by depth and length"
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)

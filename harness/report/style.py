@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from harness.config.short_names import in_figure as short  # noqa: E402
 from harness.training.console import human_bytes  # noqa: E402
@@ -131,3 +132,22 @@ def accuracy_axis(ax) -> None:
 def save(fig: plt.Figure, path) -> None:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def legend_entry(
+    label: str,
+    color: Any = "grey",
+    marker: str | None = None,
+    linestyle: Any = "none",
+    hollow: bool = False,
+    **style: Any,
+) -> Line2D:
+    """One legend entry: a line and/or a marker (`hollow`: white inside, the one meaning of
+    a hollow marker in every figure: the run had not converged)."""
+    if hollow:
+        style["markerfacecolor"] = "white"
+    return Line2D([], [], color=color, marker=marker, linestyle=linestyle, label=label, **style)
+
+
+HOLLOW = "hollow: not converged (still rising or at the floor when the budget ran out)"
+"""What a hollow marker means, in every figure."""

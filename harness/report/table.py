@@ -4,9 +4,9 @@ state per job), and the jobs that did not finish with their error."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.readouts.capacity import shown
-from harness.readouts.power_law import PowerLaw
+from harness.readouts.capacity import level_name, shown
 from harness.records.schema import OK
+from harness.report.capacity_law import MixerLaw
 from harness.report.points import Point, sort_key
 
 KIB = 1024
@@ -16,15 +16,17 @@ def point_rows(
     points: list[Point],
     point_keys: list[str],
     lr_grid: bool,
-    laws: Mapping[str, PowerLaw] | None = None,
+    laws: Mapping[str, MixerLaw] | None = None,
     names: Sequence[str] | None = None,
+    threshold: float = 0.9,
 ) -> list[dict]:
     """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
     blank for one seed), counts, convergence, baselines, accuracy at each test length, the
     load-curve readouts, and the note when not ok; numbers at full precision (`table.csv`;
-    printing rounds). With `laws` (each mixer's capacity law, `harness.readouts.power_law`, keyed by
-    the names in `names`, aligned with `points`, default each point's model) the column
-    `b (90% CI)` gives the mixer's exponent on each of its rows."""
+    printing rounds). The readouts are per seed, at `threshold` (the column is named for it:
+    `n90`, `n80`). With `laws` (each mixer's capacity law, `harness.report.capacity_law`,
+    keyed by the names in `names`, aligned with `points`, default each point's model) the
+    columns `b n90 [90%]` and `b n50 [90%]` give the mixer's exponents on each of its rows."""
     law_of = dict(zip(map(id, points), names or [p.model for p in points], strict=True))
     lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
     baselines = sorted({name for p in points for name in p.baselines})
@@ -45,24 +47,39 @@ def point_rows(
         row.update({f"baseline.{b}": p.baselines.get(b) for b in baselines})
         row.update({f"acc@T={n}": p.by_length.get(n) for n in lengths})
         if any(q.capacity for q in points):
-            row.update(capacity_columns(p.capacity))
+            row.update(capacity_columns(p.capacity, threshold))
         if laws:
-            law = laws.get(law_of[id(p)])
-            row["b (90% CI)"] = law.shown() if law else None
+            row.update(law_columns(laws.get(law_of[id(p)]), threshold))
         row["status"] = p.status
         row["note"] = p.note
         rows.append(row)
     return rows
 
 
-def capacity_columns(readouts: list[dict]) -> dict[str, str]:
-    """`n90`, `n50` per seed (`>=`: a lower bound, the largest tested load) and the verdicts."""
+def capacity_columns(readouts: list[dict], threshold: float = 0.9) -> dict[str, str]:
+    """Per seed, in seed order: the readout at the threshold (named `n90`, `n80`, ...) and
+    `n50` with their sampling errors (`>=`: a lower bound; `<`: below the judging load), the
+    verdict with its reason, and how the training ended."""
 
     def values(name: str) -> str:
-        return ", ".join(shown(r, name) for r in readouts)
+        return "; ".join(shown(r, name, with_error=True) for r in readouts)
 
-    verdicts = sorted({str(r["verdict"]) for r in readouts})
-    return {"n90": values("n90"), "n50": values("n50"), "verdict": ", ".join(verdicts)}
+    verdicts = "; ".join(f"{r.get('verdict')} ({r.get('why')})" for r in readouts)
+    return {
+        "seeds_read": ", ".join(str(r.get("seed")) for r in readouts),
+        level_name(threshold): values("n90"),
+        "n50": values("n50"),
+        "verdict": verdicts,
+        "training": ", ".join(str(r.get("training")) for r in readouts),
+    }
+
+
+def law_columns(law: MixerLaw | None, threshold: float) -> dict[str, str | None]:
+    """The mixer's exponents with their bootstrap intervals (`b n90 [90%]`, `b n50 [90%]`)."""
+    name = level_name(threshold)
+    n90 = law.n90.shown() if law and law.n90 else None
+    n50 = law.n50.shown() if law and law.n50 else None
+    return {f"b {name} [90%]": n90, "b n50 [90%]": n50}
 
 
 def frontier_rows(rows: list[dict]) -> list[dict]:

@@ -1,12 +1,25 @@
 """The report's opening lines: how many runs converged, which points sit at chance or at the
-binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, and each
-load curve's verdict (docs/background.md, "Reading a load curve")."""
+binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, and one verdict
+line per cell (mixer x state) with its seeds' readouts and what to change where the cell did
+not learn (docs/background.md, "Reading a load curve")."""
 
-from harness.readouts.capacity import shown
+from collections import Counter
+
+from harness.readouts.capacity import (
+    AT_FLOOR,
+    BELOW_JUDGING_LOAD,
+    HOLDS_EVERY_LOAD,
+    STILL_RISING,
+    WHY,
+    accuracy_by_load,
+    level_name,
+    load_of,
+    shown,
+)
 from harness.readouts.convergence import left_floor, under_floor
 from harness.records.schema import OK
-from harness.report.points import Point
-from harness.report.style import describe
+from harness.report.points import Point, sort_key
+from harness.report.style import describe, model_order
 
 
 def name(point: Point) -> str:
@@ -36,8 +49,44 @@ def listed(points: list[Point], most: int = 8) -> str:
     return "; ".join(names) + (f" (+{len(points) - most} more)" if len(points) > most else "")
 
 
-def verdicts(points: list[Point], rows: list[dict]) -> list[str]:
-    """One line per finding, most important first; the advice names the key to change."""
+def advice(readouts: list[dict], largest: str) -> str:
+    """What to change for a cell, from its seeds' verdicts and reasons."""
+    why = Counter(r.get("why") for r in readouts)
+    if why[AT_FLOOR] == len(readouts):
+        return (
+            "not learned: every seed at the binding-free floor; try another optim.lr or a "
+            "larger trainer.max_steps before reading it as capacity"
+        )
+    tips = []
+    if why[AT_FLOOR] or why[STILL_RISING]:
+        tips.append("raise trainer.max_steps for the training_limited seeds")
+    if any(r.get("training") == STILL_RISING for r in readouts if r.get("why") != STILL_RISING):
+        tips.append("readouts of runs still rising are lower bounds: more steps can raise them")
+    if why[BELOW_JUDGING_LOAD]:
+        tips.append("its state holds less than the judging load: widen it to read its n90")
+    if why[HOLDS_EVERY_LOAD]:
+        tips.append(f"holds every tested load, up to {largest}: test larger loads")
+    return "; ".join(tips)
+
+
+def cell_line(point: Point, threshold: float) -> str:
+    """`Cell linear D=4: seeds 0, 1, 2: n90 <2; 2.41 ± 0.2; >=3.1 ...; 2 capacity_limited (...),
+    1 training_limited (...). <advice>`."""
+    readouts = point.capacity
+    level = level_name(threshold)
+    seeds = ", ".join(str(r.get("seed")) for r in readouts)
+    values = "; ".join(shown(r, "n90", with_error=True) for r in readouts)
+    kinds = Counter((r.get("verdict"), r.get("why")) for r in readouts)
+    verdict_text = ", ".join(f"{n} {v} ({WHY.get(w, w)})" for (v, w), n in kinds.most_common())
+    loads = accuracy_by_load(point.metrics, load_of(point.metrics) or "")
+    tips = advice(readouts, str(max(loads, default="the largest")))
+    line = f"Cell {name(point)}: seeds {seeds}: {level} {values}; {verdict_text}."
+    return line + (f" {tips[0].upper()}{tips[1:]}." if tips else "")
+
+
+def verdicts(points: list[Point], rows: list[dict], threshold: float = 0.9) -> list[str]:
+    """One line per finding, most important first; the advice names the key to change; then
+    one line per cell (`cell_line`)."""
     ok_rows = [r for r in rows if r.get("status") == OK]
     flags = [r["train.converged"] for r in ok_rows if "train.converged" in r]
     lines = [f"{sum(flags)} of {len(flags)} finished runs converged." if flags else ""]
@@ -65,9 +114,11 @@ def verdicts(points: list[Point], rows: list[dict]) -> list[str]:
         )
     rising = [p for p in ok if p.converged is False and p not in chance + between + floor]
     if rising:
+        bounds = any(r.get("training") == STILL_RISING for p in rising for r in p.capacity)
+        then = f"; their {level_name(threshold)} are lower bounds (>=)" if bounds else ""
         lines.append(
             f"Still improving when the budget ran out: {listed(rising)}. Raise "
-            "trainer.max_steps to read their final accuracy."
+            f"trainer.max_steps to read their final accuracy{then}."
         )
     diverged = [p for p in points if p.status == "diverged"]
     if diverged:
@@ -75,9 +126,9 @@ def verdicts(points: list[Point], rows: list[dict]) -> list[str]:
     failed = [p for p in points if p.status == "failed"]
     if failed:
         lines.append(f"Failed: {listed(failed)}: see the failed jobs below.")
-    for p in points:
-        for readout in p.capacity:
-            lines.append(
-                f"Load curve {name(p)}: {readout['verdict']} (n90 {shown(readout, 'n90')})."
-            )
+    cells = sorted(
+        (p for p in points if p.capacity),
+        key=lambda p: (model_order(p.model), [sort_key(v) for v in p.params.values()]),
+    )
+    lines.extend(cell_line(p, threshold) for p in cells)
     return [line for line in lines if line]

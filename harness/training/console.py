@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from harness.readouts.capacity import TRAINING_LIMITED, shown
+from harness.readouts.capacity import NOT_LIMITED, TRAINING_LIMITED, level_name, shown
 from harness.readouts.convergence import left_floor, under_floor
 from harness.records.schema import OK, status_of
 
@@ -146,16 +146,20 @@ def why_not_converged(record: dict) -> str:
 
 def capacity_text(capacity: dict | None) -> str:
     """`n90 12.3 n50 27.0 pairs: capacity_limited`, the load curve's readout
-    (`harness.readouts.capacity`); `>=` marks a readout at the largest tested load (a lower bound),
+    (`harness.readouts.capacity`), named at its threshold (`n80`); `>=` marks a lower bound
+    (the largest tested load, or a run still rising), `<` a readout below the judging load,
     and a `training_limited` run says what that means."""
     if not capacity:
         return ""
     load = str(capacity.get("load") or "load").replace("num_", "").replace("_", " ")
+    name = level_name(capacity.get("threshold") or 0.9)
     n90, n50 = shown(capacity, "n90"), shown(capacity, "n50")
-    text = f"{load}: n90 {n90} n50 {n50}, {capacity.get('verdict')}"
+    text = f"{load}: {name} {n90} n50 {n50}, {capacity.get('verdict')}"
     if capacity.get("verdict") == TRAINING_LIMITED:
         below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
         text += f" ({below}: not a limit)"
+    elif capacity.get("verdict") == NOT_LIMITED and capacity.get("n90") is not None:
+        text += f" (holds every tested load, up to {capacity['n90']:g})"
     return text
 
 

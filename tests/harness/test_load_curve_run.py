@@ -41,7 +41,7 @@ def test_a_load_range_run_records_the_whole_curve(make_cfg, tmp_path: Path) -> N
         assert in_context == pytest.approx(1 / n, rel=0.05)
     assert not any(k.startswith("test/acc_by/num_kv_pairs/3") for k in metrics)
     capacity = record["capacity"]
-    assert capacity == readout_of(metrics, 0.9)
+    assert capacity == readout_of(metrics, 0.9, record["train"], 400)
     assert capacity["load"] == "num_kv_pairs" and capacity["judged_at"] == 2
     assert capacity["verdict"] in VERDICTS
     saved = json.loads((tmp_path / "run" / "results.json").read_text())

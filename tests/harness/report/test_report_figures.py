@@ -15,6 +15,7 @@ from harness.report.figures import MARKED, marked
 from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
 from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
+from harness.report.style import HOLLOW
 from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
 
 COPY_LENGTHS = range(4, 49)
@@ -230,7 +231,11 @@ def test_a_line_of_45_points_shows_its_shape_and_what_hollow_means(tmp_path: Pat
     for name, line in hollow.items():
         assert list(line.get_xdata()) == drawn_markers(models[name])
         assert line.get_markerfacecolor() == "white"
-    (entry,) = [h for h in figure.legends[0].legend_handles if h.get_label() == "not converged"]
+    (entry,) = [
+        h
+        for h in figure.legends[0].legend_handles
+        if h.get_label().startswith("hollow: not converged")
+    ]
     assert entry.get_markerfacecolor() == "white"
 
 
@@ -274,7 +279,7 @@ def test_test_length_curve_of_a_run_that_had_not_converged_is_hollow(tmp_path: P
     assert list(by_gid(ax, "not converged")["linear"].get_xdata()) == drawn_markers(
         models["linear"]
     )
-    assert "not converged" in legend_texts(figure)
+    assert HOLLOW in legend_texts(figure)
 
 
 def test_the_learning_rate_in_a_subtitle_says_whether_it_was_chosen() -> None:

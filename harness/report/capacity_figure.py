@@ -1,0 +1,221 @@
+"""Capacity against state (`capacity_vs_state.png`; docs/background.md, section 17 and "The
+censored capacity law"): each run's n90 against its mixer's state per layer, log-log; each
+mixer's censored power law over the state sizes it read (`harness.report.capacity_law`), and
+its rank bound (H x D: the bindings a linear read-out of its state recovers exactly) dashed.
+
+A figure is fit, points and legend: `draw_fits`, `draw_runs`, `capacity_legend`. Every run the
+fit keeps is drawn: a filled marker where n90 is read between two tested loads, an arrow up
+from a lower bound (every tested load held, or a run still rising), an arrow down from the
+judging load where the state ran out of room below it; hollow where the run had not converged
+(`style.HOLLOW`). training_limited runs are left out of the fit and of the figure (the
+verdict section lists them)."""
+
+import math
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+from matplotlib import ticker
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.markers import CARETDOWN, CARETUP
+
+from harness.readouts.capacity import LEFT, RIGHT, level_name
+from harness.readouts.convergence import CONVERGED
+from harness.report.budget import budget
+from harness.report.capacity_law import MixerLaw
+from harness.report.capacity_runs import CapacityRun
+from harness.report.style import (
+    AXIS_TITLES,
+    HOLLOW,
+    colour,
+    legend_entry,
+    marker,
+    model_order,
+    powers_of_two,
+)
+
+SPREAD = 0.09
+"""How far apart (in log2 x) markers that would coincide are drawn, each cluster centred on
+its true state size."""
+ARROW = 0.6
+"""An arrow's length, as a fraction of its readout."""
+
+
+def count_label(value: float) -> str:
+    """`512`, `8k`, `1.5M` (floats, in powers of 1024)."""
+    for unit, scale in (("M", 1024**2), ("k", 1024)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def spread(marks: list[tuple[str, float, float]]) -> list[float]:
+    """Display x of each mark (mixer, x, y): marks that would be drawn on one another (within
+    0.1 in log2 x and log2 y) are set side by side, `SPREAD` apart, centred on their x."""
+    clusters: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, (_, x, y) in enumerate(marks):
+        clusters[(round(math.log2(x) * 10), round(math.log2(y) * 10))].append(index)
+    shown = [x for _, x, _ in marks]
+    for members in clusters.values():
+        for rank, index in enumerate(members):
+            shown[index] *= 2 ** (SPREAD * (rank - (len(members) - 1) / 2))
+    return shown
+
+
+def log2_ticks(axis, low: float, high: float, label) -> None:
+    axis.set_major_locator(ticker.FixedLocator(powers_of_two(low, high)))
+    axis.set_minor_locator(ticker.NullLocator())
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: label(v)))
+
+
+def crossing(first: list[tuple[float, float]], second: list[tuple[float, float]]) -> bool:
+    """Two bound curves that would be drawn on one another somewhere: one bound at state sizes
+    within 0.25 in log2 (DeltaNet's and RetNet's H d^2 floats, linear's H (d^2 + d))."""
+    return any(y1 == y2 and abs(math.log2(x1 / x2)) < 0.25 for x1, y1 in first for x2, y2 in second)
+
+
+def bound_groups(curves: dict[str, list[tuple[float, float]]]) -> list[list[str]]:
+    """Mixers whose rank-bound curves run together (`crossing`, transitively)."""
+    groups: list[list[str]] = []
+    for mixer, pairs in curves.items():
+        touching = [g for g in groups if any(crossing(curves[m], pairs) for m in g)]
+        groups = [g for g in groups if g not in touching] + [[*sum(touching, []), mixer]]
+    return groups
+
+
+def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> bool:
+    """Each mixer's rank bound through its state sizes, dashed in its colour (a short segment
+    where it has one size); mixers whose bounds run together share one dash pattern at shifted
+    phases, so that their colours alternate. True when any was drawn."""
+    curves = {}
+    for mixer in mixers:
+        mine = [r for r in runs if r.mixer == mixer and r.rank_bound]
+        if mine:
+            curves[mixer] = sorted({(r.floats, float(r.rank_bound)) for r in mine})
+    dash = 4.0
+    for group in bound_groups(curves):
+        gap = dash * (len(group) - 1) if len(group) > 1 else 3.0
+        for index, mixer in enumerate(sorted(group, key=model_order)):
+            xs, ys = [p[0] for p in curves[mixer]], [p[1] for p in curves[mixer]]
+            if len(xs) == 1:
+                xs, ys = [xs[0] / 2**0.4, xs[0] * 2**0.4], [ys[0], ys[0]]
+            style = dict(color=colour(mixer), linewidth=1.3, zorder=1)
+            ax.plot(
+                xs, ys, linestyle=(dash * index, (dash, gap)), gid=f"rank_bound:{mixer}", **style
+            )
+    return bool(curves)
+
+
+def draw_fits(ax, laws: dict[str, MixerLaw]) -> None:
+    """Each mixer's n90 law over the state sizes it read."""
+    for mixer, law in laws.items():
+        low, high = law.n90.floats_range
+        xs = [low * (high / low) ** (i / 50) for i in range(51)]
+        ax.plot(
+            xs, [law.n90(x) for x in xs], color=colour(mixer), linewidth=1.8, gid=f"fit:{mixer}"
+        )
+
+
+def draw_run(ax, run: CapacityRun, x: float) -> None:
+    """One run: a marker at its readout, an arrow up (a lower bound) or down (below the
+    judging load) where it is censored, hollow where it had not converged."""
+    face = colour(run.mixer) if run.training == CONVERGED else "white"
+    style = dict(color=colour(run.mixer), fmt=marker(run.mixer), markersize=6.5)
+    style.update(markerfacecolor=face, markeredgewidth=1.2, zorder=3, elinewidth=1.0, capsize=3)
+    kind = run.n90_censoring
+    if kind is None:
+        ax.errorbar([x], [run.n90], gid=f"run:{run.mixer}", **style)
+        return
+    length = ARROW * run.n90 if kind == RIGHT else run.n90 * ARROW / (1 + ARROW)
+    yerr = [[0.0], [length]] if kind == RIGHT else [[length], [0.0]]
+    gid = f"{'lower' if kind == RIGHT else 'upper'}_bound:{run.mixer}"
+    ax.errorbar(
+        [x], [run.n90], yerr=yerr, lolims=kind == RIGHT, uplims=kind == LEFT, gid=gid, **style
+    )
+
+
+def draw_runs(ax, runs: list[CapacityRun]) -> None:
+    """Every run the fit keeps (`CapacityRun.fitted`), coinciding ones side by side."""
+    for run, x in zip(runs, spread([(r.mixer, r.floats, r.n90) for r in runs]), strict=True):
+        draw_run(ax, run, x)
+
+
+def law_label(mixer: str, mine: list[CapacityRun], law: MixerLaw | None) -> str:
+    """The mixer's legend entry: its fit (b, interval, runs, censored runs), or why none."""
+    if law is not None:
+        fit = law.n90
+        censored = fit.counts[LEFT] + fit.counts[RIGHT]
+        return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored)"
+    fitted = [r for r in mine if r.fitted]
+    read = {r.floats for r in fitted if r.n90_censoring is None}
+    if not fitted:
+        why = "every run training_limited"
+    elif not read:
+        why = "censored readouts only"
+    else:
+        why = "readouts at one state size" if len(read) < 2 else "too few runs"
+    return f"{mixer}: no fit ({why})"
+
+
+def capacity_legend(
+    fig, runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str], bounds: bool
+) -> None:
+    """A mixer's entry each, then what the dashes, arrows and hollow markers mean."""
+    shown = [r for r in runs if r.fitted]
+    handles: list[Line2D] = []
+    for mixer in mixers:
+        line = "-" if mixer in laws else "none"
+        label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
+        handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
+    if bounds:
+        handles.append(legend_entry("rank bound H x D (dashed)", linestyle=(0, (4, 3))))
+    if any(r.n90_censoring == RIGHT for r in shown):
+        handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))
+    if any(r.n90_censoring == LEFT for r in shown):
+        label = "arrow down: below the judging load (left-censored)"
+        handles.append(legend_entry(label, marker=CARETDOWN))
+    if any(r.training != CONVERGED for r in shown):
+        handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8)
+
+
+def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
+    """Log2 axes spanning the runs and their rank bounds, titled with the threshold's level."""
+    xs = [r.floats for r in runs]
+    ys = [r.n90 for r in runs if r.fitted] + [float(r.rank_bound) for r in runs if r.rank_bound]
+    ax.set_xlim(min(xs) / 2**0.6, max(xs) * 2**0.6)
+    ax.set_ylim(min(ys) / 2**1.0, max(ys) * 2**1.0)
+    log2_ticks(ax.xaxis, min(xs), max(xs), count_label)
+    log2_ticks(ax.yaxis, min(ys), max(ys), lambda v: f"{v:g}")
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("the mixer's state per layer (floats; the short conv's window not counted)")
+    load = next((r.load for r in runs if r.load), None)
+    what = AXIS_TITLES.get(f"task.{load}", load or "load")
+    name = level_name(threshold)
+    ax.set_ylabel(f"{name}: largest load at accuracy >= {threshold:g}\n({what})")
+
+
+def capacity_figure(
+    runs: list[CapacityRun], rows: list[dict], laws: dict[str, MixerLaw], threshold: float
+) -> Figure | None:
+    """n90 (at `threshold`) against state floats per layer: the module docstring's figure.
+    None unless some mixer has runs the fit keeps at 2 or more state sizes."""
+    mixers = sorted({r.mixer for r in runs}, key=model_order)
+    kept = [r for r in runs if r.fitted]
+    if not any(len({r.floats for r in kept if r.mixer == m}) >= 2 for m in mixers):
+        return None
+    fig, ax = plt.subplots(figsize=(8.0, 5.8), layout="constrained")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    draw_fits(ax, laws)
+    draw_runs(ax, kept)
+    bounds = draw_rank_bounds(ax, runs, mixers)
+    capacity_axes(ax, runs, threshold)
+    capacity_legend(fig, runs, laws, mixers, bounds)
+    name = level_name(threshold)
+    left_out = len(runs) - len(kept)
+    note = f"; {left_out} training_limited run(s) not drawn" if left_out else ""
+    title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
+    subtitle = f"{budget(rows)}; b with its 90% bootstrap interval over seeds{note}"
+    fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
+    return fig

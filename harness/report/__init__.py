@@ -241,7 +241,16 @@ def report(
     summary = verdicts(points, rows, threshold)
     origin = provenance(sweep, description, rows)
     page = write_page(
-        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings
+        out / "report.html",
+        sweep,
+        summary,
+        notes,
+        figures,
+        table,
+        problems,
+        origin,
+        settings,
+        threshold,
     )
     print_table(table)
     for line in [*notes, *summary]:

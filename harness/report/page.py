@@ -5,8 +5,11 @@ collapsed)."""
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any
+
+from harness.readouts.capacity import level_name
 
 READING = (
     " Softmax, the reference, is the wide grey band under the other lines: a line lying on it "
@@ -36,12 +39,14 @@ CAPTIONS = {
         "own, named beside its points." + READING
     ),
     "capacity_vs_state": (
-        "The capacity law: capacity.n90 (the most key-value pairs recalled at 90%) against the "
-        "state's floats per layer, log-log, one colour per mixer, each seed a point. The line "
-        "is the power law n90 = a * floats^b fitted to the capacity-limited runs whose n90 is "
-        "measured (b and its 90% t interval in the legend); hollow points (training_limited) "
-        "and arrows (a lower bound: held at the largest tested load) are not fitted. Dashed: "
-        "each mixer's rank bound, H x D bindings per layer (docs/background.md, section 17)."
+        "The capacity law: {level} (the most key-value pairs recalled at {threshold}) against "
+        "the state's floats per layer, log-log, one colour per mixer, each seed a point. The "
+        "line is the power law {level} = a * floats^b fitted by censored maximum likelihood to "
+        "every run that learned to bind (b and its 90% bootstrap interval over seeds in the "
+        "legend); an arrow is a censored readout (up: held at the largest tested load, a lower "
+        "bound; down: converged below the threshold at the smallest load, an upper bound), and "
+        "a hollow point did not converge. Dashed: each mixer's rank bound, H x D bindings per "
+        "layer (docs/background.md, section 17), the null the law is compared with."
     ),
     "acc_vs_state": (
         "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "
@@ -67,8 +72,9 @@ CAPTIONS = {
     "acc_vs_load": (
         "Test accuracy against load from runs trained on a range of loads, log2 axis: each "
         "run's per-load accuracy beside the binding-free baselines at every load, and in the "
-        "legend its readout (n90: the largest load at >= 0.9) and verdict (docs/background.md, "
-        "'Reading a load curve')."
+        "legend its readout ({level}: the largest load at >= {threshold}; >= for a run that "
+        "held every tested load or was still rising, a lower bound) and verdict; a hollow "
+        "marker did not converge (docs/background.md, 'Reading a load curve')."
     ),
 }
 
@@ -79,9 +85,11 @@ def cell(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
-LEADING = ("model", "status", "verdict", "n90", "n50", "test_acc", "std", "seeds", "converged")
+LEADING = ("model", "status", "verdict", "test_acc", "std", "seeds", "converged")
 """What a reader looks for first in a row, in this order; the cell's parameters (`model.*`,
-`task.*`, `backbone.*`) right after the model."""
+`task.*`, `backbone.*`) right after the model, the readouts (`READOUT`) after the verdict."""
+READOUT = re.compile(r"^n\d")
+"""A readout's column: `n90`, `n50`, `n90 SE`, ... at the sweep's threshold."""
 TRAILING = ("not_ok", "note", "task")
 """Context read last: the failed-job count, the note (wrapped, not widened), the task."""
 
@@ -93,8 +101,9 @@ def page_columns(rows: list[dict]) -> list[str]:
     params = [
         c for c in columns if c.split(".", 1)[0] in ("model", "task", "backbone") and "." in c
     ]
+    readouts = [c for c in columns if READOUT.match(c)]  # n90, n50 (n80 at another level)
     lead = [c for c in LEADING if c in columns]
-    lead = lead[:1] + params + lead[1:]
+    lead = lead[:1] + params + lead[1:3] + readouts + lead[3:]
     tail = [c for c in TRAILING if c in columns and c not in lead]
     return lead + [c for c in columns if c not in lead and c not in tail] + tail
 
@@ -143,8 +152,10 @@ def write_page(
     problems: list[dict],
     provenance: dict[str, str],
     settings: tuple[dict[str, Any], dict[str, Any]],
+    threshold: float,
 ) -> Path:
-    """Write the page; images are inlined (base64), so the file stands alone."""
+    """Write the page; images are inlined (base64), so the file stands alone. The captions
+    name the readout at `threshold` (`n90` at 0.9)."""
     title = html.escape(str(sweep))
     parts = [f"<html><head><meta charset='utf-8'><title>report: {title}</title>", STYLE]
     parts += ["</head><body>", f"<h1>recall-harness report: {title}</h1>", "<h2>Verdict</h2>"]
@@ -154,7 +165,10 @@ def write_page(
         data = base64.b64encode(figure.read_bytes()).decode()
         parts.append(f"<h2>{html.escape(figure.stem)}</h2>")
         parts.append(f"<img src='data:image/png;base64,{data}' alt='{html.escape(figure.stem)}'/>")
-        parts.append(f"<p class='caption'>{html.escape(CAPTIONS.get(figure.stem, ''))}</p>")
+        caption = CAPTIONS.get(figure.stem, "").format(
+            level=level_name(threshold), threshold=threshold
+        )
+        parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
     parts += ["<h2>Results</h2>", table(rows)]
     parts += ["<h2>Failed and diverged jobs</h2>", table(problems)]
     parts.append("<h2>Provenance</h2>")

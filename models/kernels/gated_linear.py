@@ -310,7 +310,7 @@ class _GatedSums(torch.autograd.Function):
         return (*grads, None)
 
 
-GATED_TILE_BYTES = 1 << 21  # per input of `_GatedSums` per tile: a level's passes in cache
+GATED_TILE_BYTES = 1 << 19  # per input of `_GatedSums` per tile: a tile's levels in a core's L2
 
 
 def _tiles(q: Tensor) -> list[slice]:

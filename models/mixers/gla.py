@@ -10,6 +10,7 @@ from models import register
 from models.kernels import check_mode, gated_linear_attention
 from models.mixers.base import Mixer, State
 from models.mixers.head_norm import HeadRMSNorm
+from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
 
 
@@ -22,21 +23,24 @@ class GatedLinearAttention(Mixer):
         log a_t = logsigmoid(W_2 W_1 x_t + b) / tau      (W_1: d_model -> gate_rank)
         y_t = W_o (RMSNorm_h(o_t) * swish(W_g x_t))
 
-    As fla's `fla/layers/gla.py` builds it: q, k, v plain projections (no feature map, no
-    convolution: fla's `use_short_conv=False`, so the backbone's shared convolution feeds
-    the mixer), the key dimension half of d_model (fla's `expand_k` = 0.5: d_k =
-    d_model / (2 n_heads) by default), the value dimension d_model (`expand_v` = 1), q scaled
-    by d_k^-1/2, a gate of rank 16 with normaliser tau = 16, and a per-head RMSNorm gated by
-    swish. With tau = 16 every gate is at least sigmoid(.)^(1/16), so a key dimension forgets
-    slowly unless the input drives its logit far below 0. A dimension whose gate is near 1
-    keeps its bindings (RetNet's gamma = 1: no forgetting); a gate near 0 clears that
-    dimension of the state before the write.
+    As fla's `fla/layers/gla.py` builds it: q, k, v plain projections (no feature map), the
+    key dimension half of d_model (fla's `expand_k` = 0.5: d_k = d_model / (2 n_heads) by
+    default), the value dimension d_model (`expand_v` = 1), q scaled by d_k^-1/2, a gate of
+    rank 16 with normaliser tau = 16, and a per-head RMSNorm gated by swish. No convolution by
+    default (fla's `use_short_conv=False`), so the backbone's shared convolution feeds the
+    mixer; `conv_size` > 0 is fla's `use_short_conv=True`: a causal conv + SiLU on each of q,
+    k, v owned by the mixer, the shared one then off. With tau = 16 every gate is at least
+    sigmoid(.)^(1/16), so a key dimension forgets slowly unless the input drives its logit far
+    below 0. A dimension whose gate is near 1 keeps its bindings (RetNet's gamma = 1: no
+    forgetting); a gate near 0 clears that dimension of the state before the write.
 
     `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
     (docs/background.md, section 17), heads and d_v fixed. Remaining differences from fla,
     kept on purpose: no grouped key-value heads (`num_kv_heads`) and no gate clamp
     (`clamp_min`, off by default there). State per layer: H d_k d_v floats (S only; no
-    normaliser). Gates, kernel and norm run in float32 (`models.precision`)."""
+    normaliser), plus with `conv_size` > 0 the conv's window of
+    (conv_size - 1) (2 H d_k + H d_v) floats (conv state). Gates, kernel and norm run in
+    float32 (`models.precision`)."""
 
     state_knob = "head_k_dim"
 
@@ -47,6 +51,7 @@ class GatedLinearAttention(Mixer):
         head_k_dim: int | None = None,
         gate_rank: int = 16,
         gate_temperature: float = 16.0,
+        conv_size: int = 0,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
@@ -64,12 +69,15 @@ class GatedLinearAttention(Mixer):
         )
         self.head_k_dim = max(1, d_model // (2 * n_heads)) if head_k_dim is None else head_k_dim
         require_int("head_k_dim", self.head_k_dim, 1)
+        require_int("conv_size", conv_size, 0)
         self.d_model, self.n_heads, self.head_v_dim = d_model, n_heads, d_model // n_heads
         self.mode, self.chunk_size = mode, chunk_size
         self.gate_temperature = float(gate_temperature)
         key_width = n_heads * self.head_k_dim
         self.widths = [key_width, key_width, d_model]
         self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)
+        self.conv = ShortConvolution(sum(self.widths), conv_size) if conv_size else None
+        self.owns_short_conv = conv_size > 0
         self.forget_gate = nn.Sequential(
             nn.Linear(d_model, gate_rank, bias=False), nn.Linear(gate_rank, key_width)
         )
@@ -91,14 +99,27 @@ class GatedLinearAttention(Mixer):
             log_gate = F.logsigmoid(logit) / self.gate_temperature
         return self.heads(log_gate)
 
-    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """q (scaled by d_k^-1/2), k: [B, H, T, d_k]; v: [B, H, T, d_v]; log-gates as
-        `log_gate`; all in float32 or wider."""
-        q, k, v = (self.heads(p) for p in self.qkv(x).split(self.widths, -1))
-        log_gate = self.log_gate(x)
+    def features(
+        self, x: torch.Tensor, window: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q (scaled by d_k^-1/2), k: [B, H, T, d_k]; v: [B, H, T, d_v]; in float32 or wider;
+        with `conv_size` > 0 each through its causal conv + SiLU, and the conv's window moved
+        on (a one-token x with `window` given: the recurrent step), else None."""
+        projected = self.qkv(x)
+        if self.conv is not None and window is None:
+            projected = self.conv(projected)
+        elif self.conv is not None:
+            step, window = self.conv.step(projected[:, 0], window)
+            projected = step[:, None]
+        q, k, v = (self.heads(p) for p in projected.split(self.widths, -1))
         with autocast_off(x):
             q, k, v = at_least_fp32(q, k, v)
-            return q * self.head_k_dim**-0.5, k, v, log_gate
+            return q * self.head_k_dim**-0.5, k, v, window
+
+    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v as `features`; log-gates as `log_gate`: the kernel's inputs."""
+        q, k, v, _ = self.features(x)
+        return q, k, v, self.log_gate(x)
 
     def output(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
         """W_o (RMSNorm_h(o) * swish(W_g x)); x [B, T, d_model], o [B, H, T, d_v]."""
@@ -111,7 +132,10 @@ class GatedLinearAttention(Mixer):
         return self.output(x, o)
 
     def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_k_dim * self.head_v_dim
+        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
+
+    def conv_state_size(self) -> int:
+        return self.conv.window_floats if self.conv is not None else 0
 
     def rank_bound(self, seq_len: int) -> int:
         """H * d_k: S = sum of gated k v^T per head has rank <= d_k, the key dimension
@@ -120,12 +144,17 @@ class GatedLinearAttention(Mixer):
 
     def init_state(self, batch_size: int) -> State:
         shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
-        return (torch.zeros(shape, **self._state_kwargs()),)
+        S = torch.zeros(shape, **self._state_kwargs())
+        if self.conv is None:
+            return (S,)
+        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        projections = self.projections(x[:, None])
+        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        log_gate = self.log_gate(x[:, None])
         with autocast_off(x):
             o, S = gated_linear_attention(
-                *projections, mode="recurrent", initial_state=state[0], return_state=True
+                q, k, v, log_gate, mode="recurrent", initial_state=state[0], return_state=True
             )
-        return self.output(x[:, None], o)[:, 0], (S,)
+        y = self.output(x[:, None], o)[:, 0]
+        return y, (S,) if self.conv is None else (S, window)

@@ -68,6 +68,7 @@ KNOBS = [
     ("deltanet", "head_k_dim", 32, {"conv_size": 0}),
     ("gated_deltanet", "head_k_dim", 8, {}),
     ("gla", "head_k_dim", 2, {}),
+    ("gla", "head_k_dim", 8, {"conv_size": 4}),
     ("mamba2", "d_state", 4, {}),
     ("mamba2", "d_state", 16, {"n_groups": 2}),
     ("linear", "feature_dim", 4, {}),
@@ -78,7 +79,8 @@ def expected_state(name: str, knob: int, params: dict) -> tuple[int, int]:
     """(mixer floats, conv-window floats) per layer from the constructor's settings: matrix
     state per head d_k x d_v (Mamba-2: d_state x expand d_model / H), plus the mixer's own
     convolution over its q, k, v (Mamba-2: x, B, C) channels, (kernel - 1) each."""
-    heads, kernel = params.get("n_heads", 2), params.get("conv_size", 4)
+    heads = params.get("n_heads", 2)
+    kernel = params.get("conv_size", 0 if name == "gla" else 4)  # GLA: none by default (fla)
     window = kernel - 1 if kernel else 0
     if name == "linear":
         return heads * (knob * D_MODEL // heads + knob), 0
@@ -86,7 +88,7 @@ def expected_state(name: str, knob: int, params: dict) -> tuple[int, int]:
         inner, groups = 2 * D_MODEL, params.get("n_groups", 1)
         return heads * knob * inner // heads, window * (inner + 2 * groups * knob)
     dv = {"deltanet": 1, "gated_deltanet": 2, "gla": 1}[name] * D_MODEL // heads
-    conv = 0 if name == "gla" else window * (2 * heads * knob + heads * dv)
+    conv = window * (2 * heads * knob + heads * dv)
     return heads * knob * dv, conv
 
 

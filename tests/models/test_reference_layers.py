@@ -137,6 +137,27 @@ def test_the_block_conv_is_off_exactly_where_the_mixer_owns_one(name: str) -> No
         assert ablated.blocks[0].conv is not None
 
 
+def test_gla_with_conv_size_owns_its_convs_as_fla_with_use_short_conv() -> None:
+    """fla's GLA has no conv by default; `conv_size` > 0 gives q, k, v each a causal conv +
+    SiLU (no bias), and the block's shared conv is then off."""
+    mixer = make("gla", conv_size=4)
+    assert mixer.owns_short_conv and mixer.conv.conv.bias is None
+    x = inputs()
+    q, k, v, _ = mixer.features(x)
+    hq, hk, hv = causal_conv_silu(x @ mixer.qkv.weight.T, mixer.conv.conv.weight).split(
+        mixer.widths, -1
+    )
+
+    def heads(p: torch.Tensor) -> torch.Tensor:
+        return p.view(2, x.shape[1], mixer.n_heads, -1).transpose(1, 2)
+
+    torch.testing.assert_close(q, heads(hq) * mixer.head_k_dim**-0.5)
+    torch.testing.assert_close(k, heads(hk))
+    torch.testing.assert_close(v, heads(hv))
+    model = LanguageModel(11, 16, "gla", {"conv_size": 4}, d_model=D_MODEL, short_conv=4)
+    assert model.blocks[0].conv is None
+
+
 def test_short_convolution_step_reproduces_forward() -> None:
     torch.manual_seed(0)
     conv = ShortConvolution(5, 3, bias=True).double()

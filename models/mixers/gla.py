@@ -26,21 +26,23 @@ class GatedLinearAttention(Mixer):
     As fla's `fla/layers/gla.py` builds it: q, k, v plain projections (no feature map), the
     key dimension half of d_model (fla's `expand_k` = 0.5: d_k = d_model / (2 n_heads) by
     default), the value dimension d_model (`expand_v` = 1), q scaled by d_k^-1/2, a gate of
-    rank 16 with normaliser tau = 16, and a per-head RMSNorm gated by swish. No convolution by
-    default (fla's `use_short_conv=False`), so the backbone's shared convolution feeds the
-    mixer; `conv_size` > 0 is fla's `use_short_conv=True`: a causal conv + SiLU on each of q,
-    k, v owned by the mixer, the shared one then off. With tau = 16 every gate is at least
-    sigmoid(.)^(1/16), so a key dimension forgets slowly unless the input drives its logit far
-    below 0. A dimension whose gate is near 1 keeps its bindings (RetNet's gamma = 1: no
-    forgetting); a gate near 0 clears that dimension of the state before the write.
+    rank 16 with normaliser tau = 16, and a per-head RMSNorm gated by swish. Each of q, k, v
+    has its own causal conv (kernel `conv_size`, no bias) + SiLU, owned by the mixer (the
+    block's shared conv then off): fla's `use_short_conv=True`, which is not fla's default.
+    That is the one deliberate difference: in this harness's small MQAR models GLA fed by the
+    block's shared conv (`conv_size=0`, fla's default) does not learn the lookup within the
+    `capacity_law` budget, and with its own convs it does (docs/background.md, section 16,
+    "The reference layers"). With tau = 16 every gate is at least sigmoid(.)^(1/16), so a key
+    dimension forgets slowly unless the input drives its logit far below 0. A dimension whose
+    gate is near 1 keeps its bindings (RetNet's gamma = 1: no forgetting); a gate near 0
+    clears that dimension of the state before the write.
 
     `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
     (docs/background.md, section 17), heads and d_v fixed. Remaining differences from fla,
     kept on purpose: no grouped key-value heads (`num_kv_heads`) and no gate clamp
     (`clamp_min`, off by default there). State per layer: H d_k d_v floats (S only; no
-    normaliser), plus with `conv_size` > 0 the conv's window of
-    (conv_size - 1) (2 H d_k + H d_v) floats (conv state). Gates, kernel and norm run in
-    float32 (`models.precision`)."""
+    normaliser), plus the convs' window of (conv_size - 1) (2 H d_k + H d_v) floats (conv
+    state, `conv_state_size`). Gates, kernel and norm run in float32 (`models.precision`)."""
 
     state_knob = "head_k_dim"
 
@@ -51,7 +53,7 @@ class GatedLinearAttention(Mixer):
         head_k_dim: int | None = None,
         gate_rank: int = 16,
         gate_temperature: float = 16.0,
-        conv_size: int = 0,
+        conv_size: int = 4,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:

@@ -28,6 +28,7 @@ ROWS = [
     ("mamba2", []),
     ("mamba2", ["model.conv_size=0"]),
     ("gla", []),
+    ("gla", ["model.conv_size=0"]),
     ("linear", []),
 ]
 

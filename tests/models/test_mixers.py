@@ -27,7 +27,7 @@ VARIANTS = [(name, {}) for name in MIXERS.names()] + [
     ("mamba2", {"d_state": 3, "n_groups": 2, "conv_size": 3}),
     ("mamba2", {"conv_size": 0, "expand": 1}),
     ("gla", {"head_k_dim": 6}),
-    ("gla", {"conv_size": 4}),
+    ("gla", {"conv_size": 0}),
 ]
 """Every registered mixer with its defaults, `linear` with each of its feature maps, and the
 reference layers with their state knobs, value widths and conv ablations."""

@@ -68,7 +68,7 @@ KNOBS = [
     ("deltanet", "head_k_dim", 32, {"conv_size": 0}),
     ("gated_deltanet", "head_k_dim", 8, {}),
     ("gla", "head_k_dim", 2, {}),
-    ("gla", "head_k_dim", 8, {"conv_size": 4}),
+    ("gla", "head_k_dim", 8, {"conv_size": 0}),
     ("mamba2", "d_state", 4, {}),
     ("mamba2", "d_state", 16, {"n_groups": 2}),
     ("linear", "feature_dim", 4, {}),
@@ -80,7 +80,7 @@ def expected_state(name: str, knob: int, params: dict) -> tuple[int, int]:
     state per head d_k x d_v (Mamba-2: d_state x expand d_model / H), plus the mixer's own
     convolution over its q, k, v (Mamba-2: x, B, C) channels, (kernel - 1) each."""
     heads = params.get("n_heads", 2)
-    kernel = params.get("conv_size", 0 if name == "gla" else 4)  # GLA: none by default (fla)
+    kernel = params.get("conv_size", 4)
     window = kernel - 1 if kernel else 0
     if name == "linear":
         return heads * (knob * D_MODEL // heads + knob), 0

@@ -33,12 +33,15 @@ class ShortConv(nn.Module):
 
 class Block(nn.Module):
     """x + mixer(conv(norm(x))), then x + mlp(norm(x)) (pre-norm); `mlp_ratio=0` leaves the
-    MLP out (Zoology's MQAR block: the mixer alone)."""
+    MLP out (Zoology's MQAR block: the mixer alone). A mixer that convolves its own
+    projections (`owns_short_conv`: fla's DeltaNet, Mamba-2) gets norm(x) without the shared
+    convolution, as its reference layer does."""
 
     def __init__(self, d_model: int, mixer: nn.Module, short_conv: int, mlp_ratio: int) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(d_model)
-        self.conv = ShortConv(d_model, short_conv) if short_conv > 0 else None
+        shared_conv = short_conv > 0 and not getattr(mixer, "owns_short_conv", False)
+        self.conv = ShortConv(d_model, short_conv) if shared_conv else None
         self.mixer = mixer
         self.mlp = None
         if mlp_ratio > 0:
@@ -75,9 +78,12 @@ class Block(nn.Module):
         y, mixer_state = self.mixer.step(h, mixer_state)
         return self.feed_forward(x + y), (conv_state, mixer_state)
 
+    def shared_conv_state_size(self) -> int:
+        """Floats of the shared convolution's window, (k - 1) * d_model, or 0 without it."""
+        return (self.conv.kernel_size - 1) * self.norm1.normalized_shape[0] if self.conv else 0
+
     def state_size(self, seq_len: int) -> int:
-        conv = (self.conv.kernel_size - 1) * self.norm1.normalized_shape[0] if self.conv else 0
-        return conv + self.mixer.state_size(seq_len)
+        return self.shared_conv_state_size() + self.mixer.state_size(seq_len)
 
 
 class LanguageModel(nn.Module):
@@ -85,7 +91,8 @@ class LanguageModel(nn.Module):
 
     `short_conv` (default 4, as Zoology and Based) is the kernel size of the causal
     convolution before every mixer, softmax included, so that every mixer gets the same
-    previous-token features; 0 = none. `mlp_ratio=0` gives blocks without an MLP.
+    previous-token features; 0 = none. A mixer with its own convolutions
+    (`owns_short_conv`) has no shared one. `mlp_ratio=0` gives blocks without an MLP.
     `pos_emb="learned"` cannot run past `max_seq_len`; `"none"` relies on the mixer (and the
     short convolution) for order and runs at any length."""
 
@@ -158,9 +165,17 @@ class LanguageModel(nn.Module):
         return self.blocks[0].state_size(seq_len)
 
     def mixer_state_size(self, seq_len: int) -> int:
-        """Floats per layer of the mixer's own state, the short convolution's window left out:
-        where the bindings are kept (docs/background.md, section 17)."""
-        return self.blocks[0].mixer.state_size(seq_len)
+        """Floats per layer of the mixer's own state, every convolution's window left out
+        (the shared one and the mixer's own, `conv_state_size`): where the bindings are kept
+        (docs/background.md, section 17)."""
+        mixer = self.blocks[0].mixer
+        return mixer.state_size(seq_len) - mixer.conv_state_size()
+
+    def conv_state_size(self) -> int:
+        """Floats per layer of convolution windows: the shared short convolution's and the
+        mixer's own (conv state: the last few inputs, never an earlier binding)."""
+        block = self.blocks[0]
+        return block.shared_conv_state_size() + block.mixer.conv_state_size()
 
     def rank_bound(self, seq_len: int) -> int:
         """Bindings one layer's state reads back exactly at seq_len (the mixer's

@@ -42,8 +42,13 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
     """Recurrent state needed to produce the next token at `seq_len` (the record's `state`);
     `model` is a `models.backbone.LanguageModel`. `rank_bound_per_layer`: the most bindings
     a linear read-out of one layer's state recovers exactly (`LanguageModel.rank_bound`,
-    docs/background.md, section 17)."""
+    docs/background.md, section 17). `mixer_floats_per_layer` leaves every convolution's
+    window out (`conv_floats_per_layer`: the shared one and the mixer's own); `knob` names
+    the mixer's state knob (the key dimension per head, `Mixer.state_knob`) and its value,
+    or is null for a mixer without one."""
     floats = model.state_size(seq_len)
+    mixer = model.blocks[0].mixer
+    knob = getattr(mixer, "state_knob", None)
     bytes_per_float = next(model.parameters()).element_size()
     return {
         "floats_per_layer": floats,
@@ -51,7 +56,9 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
         "bytes_total": floats * bytes_per_float * len(model.blocks),
         "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
         "mixer_floats_per_layer": model.mixer_state_size(seq_len),
+        "conv_floats_per_layer": model.conv_state_size(),
         "rank_bound_per_layer": model.rank_bound(seq_len),
+        "knob": None if knob is None else {"name": knob, "value": getattr(mixer, knob)},
     }
 
 

@@ -27,6 +27,13 @@ class Mixer(nn.Module):
 
     registry_name: str
     grows_with_seq_len: bool = False
+    owns_short_conv: bool = False
+    """True where the mixer convolves its own projections (fla's DeltaNet, Mamba-2): the
+    backbone then leaves its shared short convolution out of that mixer's block."""
+    state_knob: str | None = None
+    """The constructor parameter that sets the key dimension per head, the knob that moves
+    `rank_bound` (docs/background.md, section 17); the mixer holds its resolved value under
+    the same attribute name. None: the mixer has no such knob."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -40,6 +47,12 @@ class Mixer(nn.Module):
 
     def state_size(self, seq_len: int) -> int:
         raise NotImplementedError
+
+    def conv_state_size(self) -> int:
+        """Floats of `state_size` that are the mixer's own convolution windows (the last few
+        inputs, never an earlier binding): conv state, left out of where bindings are kept
+        (docs/background.md, section 17). 0 for a mixer without its own convolution."""
+        return 0
 
     def rank_bound(self, seq_len: int) -> int:
         """The most bindings a linear read-out of the state recovers exactly after `seq_len`

@@ -1,54 +1,163 @@
-"""DeltaNet: linear attention whose state is corrected, not only added to (the delta rule)."""
+"""DeltaNet: linear attention whose state is corrected, not only added to (the delta rule),
+built as fla's `fla/layers/delta_net.py` (docs/background.md, sections 8 and 16)."""
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.checks import is_real, require, require_int
 from models.kernels import check_mode, delta_rule
-from models.mixers.base import MatrixStateMixer, State
+from models.mixers.base import Mixer, State
+from models.mixers.head_norm import HeadRMSNorm
+from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
 
 
-@register("deltanet")
-class DeltaNet(MatrixStateMixer):
-    """Per head, with L2-normalised q_t, k_t and a write strength beta_t = sigmoid(w_beta^T x_t):
+def head_dims(
+    d_model: int, n_heads: int, head_k_dim: int | None, expand_v: float
+) -> tuple[int, int]:
+    """(key dim, value dim) per head: `head_k_dim` (None = d_model / n_heads) and
+    expand_v * d_model / n_heads, each checked (one-line `ValueError` naming the parameter)."""
+    require_int("d_model", d_model, 1)
+    require_int("n_heads", n_heads, 1)
+    require(d_model % n_heads == 0, "n_heads", n_heads, f"a divisor of d_model={d_model}")
+    base = d_model // n_heads
+    dk = base if head_k_dim is None else head_k_dim
+    require_int("head_k_dim", dk, 1)
+    dv = expand_v * base if is_real(expand_v) else 0
+    require(
+        is_real(expand_v) and expand_v > 0 and float(dv).is_integer(),
+        "expand_v",
+        expand_v,
+        f"a number > 0 whose product with d_model / n_heads = {base} is an integer",
+    )
+    return dk, int(dv)
 
+
+@register("deltanet")
+class DeltaNet(Mixer):
+    """Per head, with d_k = `head_k_dim` and d_v = expand_v * d_model / n_heads:
+
+        q_t, k_t, v_t = SiLU(conv_4(W_{q,k,v} x_t))          (a causal depthwise conv each)
+        q_t <- q_t / (|q_t| sqrt(d_k)),   k_t <- k_t / |k_t|,   beta_t = sigmoid(w_beta^T x_t)
         S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T,   o_t = S_t^T q_t
+        y_t = W_o RMSNorm_h(o_t)
 
     S_{t-1}^T k_t is what the memory returns for k_t; the update moves it towards v_t by
     beta_t, so writing a key again replaces its value (beta = 1: exactly) instead of summing
-    values as eq. 8 does. Chunked (WY) form for training. State: H * head_dim^2 floats.
+    values as eq. 8 does. Chunked (WY) form for training (`models.kernels.delta_rule`).
+
+    As fla builds it: q, k, v each get their own short convolution (kernel `conv_size`, no
+    bias) and SiLU after their projection, so a key can take a shifted token while the query
+    keeps the current one; the mixer owns this convolution and the backbone's shared one is
+    off for it (`owns_short_conv`). beta comes from a bias-free projection of the layer input,
+    not of the convolved stream. The output is RMS-normalised per head (no output gate: fla's
+    `use_gate=False`). Zoology's MQAR configs run 2 heads (head dim 32 at d_model 64).
+
+    `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
+    (docs/background.md, section 17), with heads and d_v fixed. Deliberate differences from
+    fla: d_v is set from d_model / n_heads, not from the key dim, so the knob moves the key
+    dimension alone; `conv_size=0` (an ablation) drops the mixer's convolution, keeps the
+    SiLU (fla's `use_short_conv=False`) and hands the block's shared convolution back.
+    State per layer: H d_k d_v floats, plus the convolution's window of
+    (conv_size - 1) (2 H d_k + H d_v) floats (conv state, `conv_state_size`).
     Normalisation, beta and the delta rule run in float32 (`models.precision`; the chunk
     form's triangular solve has no bf16 kernel on CPU)."""
 
-    def __init__(
-        self, d_model: int, n_heads: int = 2, mode: str = "chunk", chunk_size: int = 64
-    ) -> None:
-        super().__init__(d_model, n_heads)
-        check_mode(mode, chunk_size)
-        self.mode, self.chunk_size = mode, chunk_size
-        self.beta = nn.Linear(d_model, n_heads)
+    state_knob = "head_k_dim"
 
-    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """q, k (unit norm per head), v: [B, H, T, head_dim]; beta: [B, H, T] in (0, 1); all
-        in float32 or wider."""
-        q, k, v = self.split_heads(x)
-        beta_logit = self.beta(x).transpose(1, 2)
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int = 2,
+        head_k_dim: int | None = None,
+        expand_v: float = 1.0,
+        conv_size: int = 4,
+        mode: str = "chunk",
+        chunk_size: int = 64,
+    ) -> None:
+        super().__init__()
+        self.head_k_dim, self.head_v_dim = head_dims(d_model, n_heads, head_k_dim, expand_v)
+        require_int("conv_size", conv_size, 0)
+        check_mode(mode, chunk_size)
+        self.d_model, self.n_heads = d_model, n_heads
+        self.mode, self.chunk_size = mode, chunk_size
+        self.key_width, self.value_width = n_heads * self.head_k_dim, n_heads * self.head_v_dim
+        self.widths = [self.key_width, self.key_width, self.value_width]
+        self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)
+        self.conv = ShortConvolution(sum(self.widths), conv_size) if conv_size else None
+        self.owns_short_conv = conv_size > 0
+        self.beta = nn.Linear(d_model, n_heads, bias=False)
+        self.norm = HeadRMSNorm(self.head_v_dim)
+        self.out = nn.Linear(self.value_width, d_model, bias=False)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, H * d] -> [B, H, T, d], contiguous."""
+        b, t, width = x.shape
+        return x.view(b, t, self.n_heads, width // self.n_heads).transpose(1, 2).contiguous()
+
+    def features(
+        self, x: torch.Tensor, window: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q (unit norm / sqrt(d_k)), k (unit norm): [B, H, T, d_k]; v: [B, H, T, d_v]; in
+        float32 or wider; and the convolution's window moved on (a one-token x with `window`
+        given: the recurrent step), else None."""
+        projected = self.qkv(x)
+        if self.conv is None:
+            projected = F.silu(projected)
+        elif window is None:
+            projected = self.conv(projected)
+        else:
+            step, window = self.conv.step(projected[:, 0], window)
+            projected = step[:, None]
+        q, k, v = projected.split(self.widths, -1)
         with autocast_off(x):
-            q, k, v, beta_logit = at_least_fp32(q, k, v, beta_logit)
-            return F.normalize(q, dim=-1), F.normalize(k, dim=-1), v, torch.sigmoid(beta_logit)
+            q, k, v = at_least_fp32(self.heads(q), self.heads(k), self.heads(v))
+            q = F.normalize(q, dim=-1) * self.head_k_dim**-0.5
+            return q, F.normalize(k, dim=-1), v, window
+
+    def write_rate(self, x: torch.Tensor) -> torch.Tensor:
+        """beta = sigmoid(w_beta^T x): [B, H, T] in (0, 1), float32 or wider."""
+        logit = self.beta(x).transpose(1, 2)
+        with autocast_off(x):
+            return torch.sigmoid(at_least_fp32(logit)[0])
+
+    def output(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """W_o RMSNorm_h(o): x [B, T, d_model] (the layer input), o [B, H, T, d_v]."""
+        return self.out(self.norm(o).to(x.dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        projections = self.projections(x)
+        q, k, v, _ = self.features(x)
+        beta = self.write_rate(x)
         with autocast_off(x):
-            o = delta_rule(*projections, mode=self.mode, chunk_size=self.chunk_size)
-        return self.merge_heads(o.to(x.dtype))
+            o = delta_rule(q, k, v, beta, mode=self.mode, chunk_size=self.chunk_size)
+        return self.output(x, o)
+
+    def state_size(self, seq_len: int) -> int:
+        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
+
+    def conv_state_size(self) -> int:
+        return self.conv.window_floats if self.conv is not None else 0
+
+    def rank_bound(self, seq_len: int) -> int:
+        """H * d_k: S = sum of rank-1 writes k u^T per head has rank <= d_k, the key
+        dimension (docs/background.md, section 17); the convolution's window adds none."""
+        return self.n_heads * self.head_k_dim
+
+    def init_state(self, batch_size: int) -> State:
+        shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
+        S = torch.zeros(shape, **self._state_kwargs())
+        if self.conv is None:
+            return (S,)
+        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        projections = self.projections(x[:, None])
+        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        beta = self.write_rate(x[:, None])
         with autocast_off(x):
             o, S = delta_rule(
-                *projections, mode="recurrent", initial_state=state[0], return_state=True
+                q, k, v, beta, mode="recurrent", initial_state=state[0], return_state=True
             )
-        return self.merge_heads(o.to(x.dtype))[:, 0], (S,)
+        y = self.output(x[:, None], o)[:, 0]
+        return y, (S,) if self.conv is None else (S, window)

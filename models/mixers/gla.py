@@ -1,5 +1,5 @@
 """GLA: gated linear attention, a state forgotten by input, one gate per key dimension
-(Yang et al. 2024; docs/background.md, section 16)."""
+(Yang et al. 2024), built as fla's `fla/layers/gla.py` (docs/background.md, section 16)."""
 
 import torch
 import torch.nn.functional as F
@@ -7,58 +7,60 @@ from torch import nn
 
 from common.checks import is_real, require, require_int
 from models.kernels import check_mode, gated_linear_attention
-from models.mixers.base import MatrixStateMixer, State
+from models.mixers.base import Mixer, State
+from models.mixers.head_norm import HeadRMSNorm
+from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
 
 
-class GatedHeadNorm(nn.Module):
-    """y = RMSNorm(o_h) * swish(g): each head's output normalised per token (one gain vector
-    of head_dim shared by the heads), then gated elementwise by swish of a projection of the
-    input (GLA's and Gated DeltaNet's output, as fla's fused norm-and-gate). The norm runs in
-    float32 or wider (`models.precision`)."""
-
-    def __init__(self, head_dim: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(head_dim))
-
-    def forward(self, o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        """o [B, H, T, head_dim] (float32 or wider), gate [B, T, H * head_dim] (the output
-        gate's pre-activation) -> [B, T, H * head_dim] in the dtype of `gate`."""
-        b, h, t, d = o.shape
-        with autocast_off(o):
-            normed = F.rms_norm(o, (d,), self.weight.to(o.dtype), self.eps)
-        normed = normed.transpose(1, 2).reshape(b, t, h * d).to(gate.dtype)
-        return normed * F.silu(gate)
-
-
 @register("gla")
-class GatedLinearAttention(MatrixStateMixer):
-    """Per head, with a gate a_t in (0, 1]^d_k on every key dimension:
+class GatedLinearAttention(Mixer):
+    """Per head, with d_k = `head_k_dim` and d_v = d_model / n_heads, a gate a_t in
+    (0, 1]^d_k on every key dimension:
 
-        S_t = diag(a_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T q_t
+        S_t = diag(a_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T q_t / sqrt(d_k)
         log a_t = logsigmoid(W_2 W_1 x_t + b) / tau      (W_1: d_model -> gate_rank)
         y_t = W_o (RMSNorm_h(o_t) * swish(W_g x_t))
 
-    q is scaled by head_dim^-1/2. The gate's low-rank projection (rank 16) and temperature
-    tau = 16 are the paper's: with tau = 16 every gate is at least sigmoid(.)^(1/16), so a
-    key dimension forgets slowly unless the input drives its logit far below 0. A dimension
-    whose gate is near 1 keeps its bindings (RetNet's gamma = 1: no forgetting); a gate near 0
-    clears that dimension of the state before the write. State per layer: H * head_dim^2
-    floats (S only; no normaliser). Gates, kernel and norm run in float32
-    (`models.precision`)."""
+    As fla's `fla/layers/gla.py` builds it: q, k, v plain projections (no feature map), the
+    key dimension half of d_model (fla's `expand_k` = 0.5: d_k = d_model / (2 n_heads) by
+    default), the value dimension d_model (`expand_v` = 1), q scaled by d_k^-1/2, a gate of
+    rank 16 with normaliser tau = 16, and a per-head RMSNorm gated by swish. Each of q, k, v
+    has its own causal conv (kernel `conv_size`, no bias) + SiLU, owned by the mixer (the
+    block's shared conv then off): fla's `use_short_conv=True`, which is not fla's default.
+    That is the one deliberate difference: in this harness's small MQAR models GLA fed by the
+    block's shared conv (`conv_size=0`, fla's default) does not learn the lookup within the
+    `capacity_law` budget, and with its own convs it does (docs/background.md, section 16,
+    "The reference layers"). With tau = 16 every gate is at least sigmoid(.)^(1/16), so a key
+    dimension forgets slowly unless the input drives its logit far below 0. A dimension whose
+    gate is near 1 keeps its bindings (RetNet's gamma = 1: no forgetting); a gate near 0
+    clears that dimension of the state before the write.
+
+    `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
+    (docs/background.md, section 17), heads and d_v fixed. Remaining differences from fla,
+    kept on purpose: no grouped key-value heads (`num_kv_heads`) and no gate clamp
+    (`clamp_min`, off by default there). State per layer: H d_k d_v floats (S only; no
+    normaliser), plus the convs' window of (conv_size - 1) (2 H d_k + H d_v) floats (conv
+    state, `conv_state_size`). Gates, kernel and norm run in float32 (`models.precision`)."""
+
+    state_knob = "head_k_dim"
 
     def __init__(
         self,
         d_model: int,
         n_heads: int = 2,
+        head_k_dim: int | None = None,
         gate_rank: int = 16,
         gate_temperature: float = 16.0,
+        conv_size: int = 4,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
-        super().__init__(d_model, n_heads)
+        super().__init__()
+        require_int("d_model", d_model, 1)
+        require_int("n_heads", n_heads, 1)
+        require(d_model % n_heads == 0, "n_heads", n_heads, f"a divisor of d_model={d_model}")
         check_mode(mode, chunk_size)
         require_int("gate_rank", gate_rank, 1)
         require(
@@ -67,35 +69,62 @@ class GatedLinearAttention(MatrixStateMixer):
             gate_temperature,
             "a number > 0",
         )
+        self.head_k_dim = max(1, d_model // (2 * n_heads)) if head_k_dim is None else head_k_dim
+        require_int("head_k_dim", self.head_k_dim, 1)
+        require_int("conv_size", conv_size, 0)
+        self.d_model, self.n_heads, self.head_v_dim = d_model, n_heads, d_model // n_heads
         self.mode, self.chunk_size = mode, chunk_size
         self.gate_temperature = float(gate_temperature)
+        key_width = n_heads * self.head_k_dim
+        self.widths = [key_width, key_width, d_model]
+        self.qkv = nn.Linear(d_model, sum(self.widths), bias=False)
+        self.conv = ShortConvolution(sum(self.widths), conv_size) if conv_size else None
+        self.owns_short_conv = conv_size > 0
         self.forget_gate = nn.Sequential(
-            nn.Linear(d_model, gate_rank, bias=False), nn.Linear(gate_rank, d_model)
+            nn.Linear(d_model, gate_rank, bias=False), nn.Linear(gate_rank, key_width)
         )
         self.output_gate = nn.Linear(d_model, d_model, bias=False)
-        self.norm = GatedHeadNorm(self.head_dim)
+        self.norm = HeadRMSNorm(self.head_v_dim)
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, H * d] -> [B, H, T, d], contiguous."""
+        b, t, width = x.shape
+        return x.view(b, t, self.n_heads, width // self.n_heads).transpose(1, 2).contiguous()
 
     def log_gate(self, x: torch.Tensor) -> torch.Tensor:
-        """log a_t = logsigmoid(W_2 W_1 x_t + b) / tau: [B, H, T, head_dim], <= 0, in float32
+        """log a_t = logsigmoid(W_2 W_1 x_t + b) / tau: [B, H, T, d_k], <= 0, in float32
         or wider."""
-        b, t, _ = x.shape
         logit = self.forget_gate(x)
         with autocast_off(x):
             (logit,) = at_least_fp32(logit)
             log_gate = F.logsigmoid(logit) / self.gate_temperature
-        return log_gate.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        return self.heads(log_gate)
 
-    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """q (scaled by head_dim^-1/2), k, v: [B, H, T, head_dim]; log-gates as `log_gate`;
-        all in float32 or wider."""
-        q, k, v = self.split_heads(x)
-        log_gate = self.log_gate(x)
+    def features(
+        self, x: torch.Tensor, window: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """q (scaled by d_k^-1/2), k: [B, H, T, d_k]; v: [B, H, T, d_v]; in float32 or wider;
+        with `conv_size` > 0 each through its causal conv + SiLU, and the conv's window moved
+        on (a one-token x with `window` given: the recurrent step), else None."""
+        projected = self.qkv(x)
+        if self.conv is not None and window is None:
+            projected = self.conv(projected)
+        elif self.conv is not None:
+            step, window = self.conv.step(projected[:, 0], window)
+            projected = step[:, None]
+        q, k, v = (self.heads(p) for p in projected.split(self.widths, -1))
         with autocast_off(x):
             q, k, v = at_least_fp32(q, k, v)
-            return q * self.head_dim**-0.5, k, v, log_gate
+            return q * self.head_k_dim**-0.5, k, v, window
+
+    def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q, k, v as `features`; log-gates as `log_gate`: the kernel's inputs."""
+        q, k, v, _ = self.features(x)
+        return q, k, v, self.log_gate(x)
 
     def output(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        """W_o (RMSNorm_h(o) * swish(W_g x)); x [B, T, d_model], o [B, H, T, head_dim]."""
+        """W_o (RMSNorm_h(o) * swish(W_g x)); x [B, T, d_model], o [B, H, T, d_v]."""
         return self.out(self.norm(o, self.output_gate(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,10 +133,30 @@ class GatedLinearAttention(MatrixStateMixer):
             o = gated_linear_attention(*projections, mode=self.mode, chunk_size=self.chunk_size)
         return self.output(x, o)
 
+    def state_size(self, seq_len: int) -> int:
+        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
+
+    def conv_state_size(self) -> int:
+        return self.conv.window_floats if self.conv is not None else 0
+
+    def rank_bound(self, seq_len: int) -> int:
+        """H * d_k: S = sum of gated k v^T per head has rank <= d_k, the key dimension
+        (docs/background.md, section 17)."""
+        return self.n_heads * self.head_k_dim
+
+    def init_state(self, batch_size: int) -> State:
+        shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
+        S = torch.zeros(shape, **self._state_kwargs())
+        if self.conv is None:
+            return (S,)
+        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
+
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        projections = self.projections(x[:, None])
+        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        log_gate = self.log_gate(x[:, None])
         with autocast_off(x):
             o, S = gated_linear_attention(
-                *projections, mode="recurrent", initial_state=state[0], return_state=True
+                q, k, v, log_gate, mode="recurrent", initial_state=state[0], return_state=True
             )
-        return self.output(x[:, None], o)[:, 0], (S,)
+        y = self.output(x[:, None], o)[:, 0]
+        return y, (S,) if self.conv is None else (S, window)

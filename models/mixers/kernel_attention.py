@@ -202,7 +202,10 @@ class LinearAttention(KernelAttention):
     `model.feature_map` x `model.feature_dim` compares the maps at equal state (H (D d_v + D)
     floats): ELU+1 then projects q, k to D, Taylor to the d with 1 + d + d^2 = D (D = 7, 21,
     73 for d = 2, 4, 8), FAVOR+ draws D features (of head_dim inputs unless qk_dim is set).
-    Setting both feature_dim and qk_dim is refused where they disagree."""
+    Setting both feature_dim and qk_dim is refused where they disagree. `feature_dim` is the
+    state knob (`state_knob`: rank_bound H D)."""
+
+    state_knob = "feature_dim"
 
     def __init__(
         self,
@@ -233,6 +236,8 @@ class LinearAttention(KernelAttention):
 @register("favor")
 class FavorAttention(KernelAttention):
     """Performer's FAVOR+ (eq. 7): positive orthogonal random features estimating softmax."""
+
+    state_knob = "feature_dim"
 
     def __init__(
         self,
@@ -289,6 +294,8 @@ class RffAttention(KernelAttention):
     and sin/cos features make phi(q)^T z any sign: the denominator can vanish or go negative
     (pitfall 2). Nothing clamps it: once more than `collapse_fraction` of the denominators
     are <= 0 the forward raises `DenominatorCollapse` and the run ends as diverged."""
+
+    state_knob = "feature_dim"
 
     def __init__(
         self,

@@ -27,8 +27,17 @@ class RetNet(MatrixStateMixer):
 
     with k scaled by head_dim^-1/2 and GroupNorm one group per head (normalising each head's
     output per token, which also removes the scale that the decay sums build up).
-    No xPos rotation: the backbone's learned positions give order. State per layer:
-    H * head_dim^2 floats (S only; there is no normaliser z).
+    State per layer: H * head_dim^2 floats (S only; there is no normaliser z).
+
+    Against fla's `fla/layers/multiscale_retention.py`, the same: the gammas, q K^T scaled by
+    d_k^-1/2 (fla scales q, here k: the same product), a swish output gate from the layer
+    input, no convolution of its own (fla's `use_short_conv=False`; the backbone's shared
+    one feeds the mixer). Different, on purpose: no rotary embedding on q, k (the backbone's
+    positions and the short convolution give order, and MQAR's lookup is by content: a
+    rotation would add position to the match, not capacity); values as wide as keys (fla's
+    `expand_v` is 2: it doubles the floats without moving the rank bound, H head_dim, so the
+    state_size cells keep the square state); GroupNorm (mean removed, a bias) where fla has a
+    gated per-head RMSNorm, kept so that the recorded RetNet results stay this mixer's.
 
     Retention runs in float32 (`models.precision`) and `gammas` stays float32 when the module
     is cast to bf16 / fp16: 1 - 2^-9 and beyond round to 1 in bf16 (1 - 2^-12 in fp16), which

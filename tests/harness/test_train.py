@@ -35,6 +35,8 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
         "grows_with_seq_len": True,
         "rank_bound_per_layer": 24,  # the KV cache keeps every token
         "mixer_floats_per_layer": 2 * 24 * 64,
+        "conv_floats_per_layer": 3 * 64,
+        "knob": None,  # softmax has no state knob
     }
     train = saved["train"]
     assert train["stopped_by"] == "early_stop_acc" and train["converged"] is True

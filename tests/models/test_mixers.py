@@ -20,8 +20,17 @@ VARIANTS = [(name, {}) for name in MIXERS.names()] + [
     ("linear", {"feature_map": "favor", "feature_dim": 12}),
     ("linear", {"feature_map": "taylor", "qk_dim": 4}),
     ("linear", {"feature_map": "elu", "qk_dim": 4}),
+    ("deltanet", {"head_k_dim": 3, "expand_v": 1.5}),
+    ("deltanet", {"conv_size": 0}),
+    ("gated_deltanet", {"head_k_dim": 5, "conv_size": 2}),
+    ("gated_deltanet", {"conv_size": 0}),
+    ("mamba2", {"d_state": 3, "n_groups": 2, "conv_size": 3}),
+    ("mamba2", {"conv_size": 0, "expand": 1}),
+    ("gla", {"head_k_dim": 6}),
+    ("gla", {"conv_size": 0}),
 ]
-"""Every registered mixer with its defaults, and `linear` with each of its feature maps."""
+"""Every registered mixer with its defaults, `linear` with each of its feature maps, and the
+reference layers with their state knobs, value widths and conv ablations."""
 VARIANT_IDS = [name + "".join(f"-{k}={v}" for k, v in params.items()) for name, params in VARIANTS]
 
 
@@ -117,8 +126,10 @@ def test_backbone_step_equals_forward(name: str, short_conv: int, mlp_ratio: int
         step_logits, state = model.step(tokens[:, t], state)
         torch.testing.assert_close(step_logits, logits[:, t])
     floats = sum(s.numel() for s in state["blocks"][0][1]) // 2
-    conv = (short_conv - 1) * D_MODEL if short_conv else 0
+    owns = model.blocks[0].mixer.owns_short_conv  # then the block has no shared conv
+    conv = (short_conv - 1) * D_MODEL if short_conv and not owns else 0
     assert model.state_size(16) == floats + conv
+    assert model.mixer_state_size(16) == floats + conv - model.conv_state_size()
 
 
 def test_mlp_ratio_0_leaves_the_mlp_out() -> None:

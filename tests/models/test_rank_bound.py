@@ -29,12 +29,18 @@ CASES = [
     ("rff", {"feature_dim": 16}, 64, 2 * 16),
     ("retnet", {}, 64, 2 * (D_MODEL // 2)),
     ("retnet", {"n_heads": 8}, 64, 8 * (D_MODEL // 8)),
-    ("gla", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("gla", {}, 64, 2 * (D_MODEL // 4)),  # fla's expand_k = 0.5
+    ("gla", {"n_heads": 4}, 64, 4 * (D_MODEL // 8)),
+    ("gla", {"head_k_dim": 4}, 64, 2 * 4),
     ("deltanet", {}, 64, 2 * (D_MODEL // 2)),
     ("deltanet", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("deltanet", {"head_k_dim": 4}, 64, 2 * 4),
+    ("deltanet", {"head_k_dim": 48, "expand_v": 0.5}, 64, 2 * 48),
     ("gated_deltanet", {"n_heads": 4}, 64, 4 * (D_MODEL // 4)),
+    ("gated_deltanet", {"head_k_dim": 2}, 64, 2 * 2),
     ("mamba2", {}, 64, 2 * 32),
     ("mamba2", {"d_state": 16}, 64, 2 * 16),
+    ("mamba2", {"d_state": 2, "expand": 1}, 64, 2 * 2),
     ("mamba2", {"d_state": 16, "n_heads": 4, "n_groups": 2}, 64, 4 * 16),
     ("based", {}, 64, 2 * taylor(16) + 16),
     ("based", {}, 8, 2 * taylor(16) + 8),  # the window holds only the 8 tokens seen
@@ -54,6 +60,61 @@ def test_rank_bound_is_heads_times_key_dimension(
     torch.manual_seed(0)
     mixer = build_mixer(name, D_MODEL, **params)
     assert mixer.rank_bound(seq_len) == expected
+
+
+KNOBS = [
+    # (name, knob, value, other params): state floats H d_k d_v + conv window, bound H d_k
+    ("deltanet", "head_k_dim", 4, {}),
+    ("deltanet", "head_k_dim", 32, {"conv_size": 0}),
+    ("gated_deltanet", "head_k_dim", 8, {}),
+    ("gla", "head_k_dim", 2, {}),
+    ("gla", "head_k_dim", 8, {"conv_size": 0}),
+    ("mamba2", "d_state", 4, {}),
+    ("mamba2", "d_state", 16, {"n_groups": 2}),
+    ("linear", "feature_dim", 4, {}),
+]
+
+
+def expected_state(name: str, knob: int, params: dict) -> tuple[int, int]:
+    """(mixer floats, conv-window floats) per layer from the constructor's settings: matrix
+    state per head d_k x d_v (Mamba-2: d_state x expand d_model / H), plus the mixer's own
+    convolution over its q, k, v (Mamba-2: x, B, C) channels, (kernel - 1) each."""
+    heads = params.get("n_heads", 2)
+    kernel = params.get("conv_size", 4)
+    window = kernel - 1 if kernel else 0
+    if name == "linear":
+        return heads * (knob * D_MODEL // heads + knob), 0
+    if name == "mamba2":
+        inner, groups = 2 * D_MODEL, params.get("n_groups", 1)
+        return heads * knob * inner // heads, window * (inner + 2 * groups * knob)
+    dv = {"deltanet": 1, "gated_deltanet": 2, "gla": 1}[name] * D_MODEL // heads
+    conv = window * (2 * heads * knob + heads * dv)
+    return heads * knob * dv, conv
+
+
+@pytest.mark.parametrize(("name", "knob", "value", "params"), KNOBS)
+def test_state_and_bound_follow_the_knob(name: str, knob: str, value: int, params: dict) -> None:
+    """The key dimension per head moves state and rank bound together, heads and value
+    widths fixed; the mixer's conv windows are conv state, left out of the mixer's floats,
+    and the record names the knob."""
+    torch.manual_seed(0)
+    model = LanguageModel(11, 64, name, {knob: value, **params}, d_model=D_MODEL, short_conv=4)
+    mixer = model.blocks[0].mixer
+    floats, conv = expected_state(name, value, params)
+    assert mixer.state_knob == knob and getattr(mixer, knob) == value
+    assert mixer.state_size(64) == floats + conv and mixer.conv_state_size() == conv
+    assert mixer.rank_bound(64) == params.get("n_heads", 2) * value
+    state = state_record(model, 64)
+    shared = 0 if mixer.owns_short_conv else 3 * D_MODEL  # the block's conv, kernel 4
+    assert state["mixer_floats_per_layer"] == floats
+    assert state["conv_floats_per_layer"] == conv + shared
+    assert state["floats_per_layer"] == floats + conv + shared
+    assert state["knob"] == {"name": knob, "value": value}
+
+
+def test_a_mixer_without_a_knob_records_none() -> None:
+    model = LanguageModel(11, 64, "softmax", d_model=D_MODEL)
+    assert state_record(model, 64)["knob"] is None
 
 
 def test_every_registered_mixer_has_a_case() -> None:

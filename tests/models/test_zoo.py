@@ -9,7 +9,7 @@ import torch
 
 from models import build_mixer
 from models.backbone import LanguageModel
-from models.kernels import MODES, linear_attention, linear_attention_cumsum
+from models.kernels import MODES, delta_rule, linear_attention, linear_attention_cumsum
 from models.mixers.base import DenominatorCollapse
 from models.mixers.rwkv import token_shift
 from models.mixers.sliding_window import sliding_window_attention
@@ -81,31 +81,21 @@ def test_exercise_2_identity_features_make_a_linear_map_of_the_query() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_deltanet_with_beta_1_overwrites_a_repeated_key(mode: str) -> None:
-    """x = [a, b, c] (2 dims each) -> q = a, k = b, v = c; writing key e1 twice leaves only the
-    latest value, where linear attention (eq. 8) would return the sum of both."""
-    mixer = make("deltanet", 6, n_heads=1, mode=mode, chunk_size=2)
-    with torch.no_grad():
-        select = torch.zeros(18, 6)
-        for block in range(3):  # q, k, v rows 6*block + (0, 1) read x dims 2*block + (0, 1)
-            select[6 * block, 2 * block] = select[6 * block + 1, 2 * block + 1] = 1
-        mixer.qkv.weight.copy_(select)
-        mixer.out.weight.copy_(torch.eye(6))
-        mixer.beta.weight.zero_()
-        mixer.beta.bias.fill_(100.0)  # sigmoid(100) == 1.0 in float64
-    x = torch.tensor(
-        [
-            [0, 0, 1, 0, 1, 2],  # write key e1 -> (1, 2)
-            [0, 0, 0, 1, 3, 4],  # write key e2 -> (3, 4)
-            [0, 0, 1, 0, 5, 6],  # write key e1 -> (5, 6): overwrites (1, 2)
-            [1, 0, 0, 1, 7, 8],  # read e1 (and write e2 -> (7, 8))
-            [0, 1, 0, 1, 9, 9],  # read e2 (after writing e2 -> (9, 9))
-        ],
-        dtype=torch.float64,
-    )[None]
-    y = mixer(x)
-    torch.testing.assert_close(y[0, 3, :2], torch.tensor([5.0, 6.0]))
-    torch.testing.assert_close(y[0, 4, :2], torch.tensor([9.0, 9.0]))
-    torch.testing.assert_close(y[0, 3:, 2:], torch.zeros(2, 4))
+    """Writing key e1 twice with beta = 1 leaves only the latest value, where linear attention
+    (eq. 8) would return the sum of both; the mixer hands its features and write rates to
+    this kernel unchanged."""
+    keys = torch.tensor([[1.0, 0], [0, 1], [1, 0], [0, 1], [0, 1]])
+    values = torch.tensor([[1.0, 2], [3, 4], [5, 6], [7, 8], [9, 9]])
+    queries = torch.tensor([[0.0, 0], [0, 0], [0, 0], [1, 0], [0, 1]])
+    q, k, v = (t[None, None] for t in (queries, keys, values))
+    o = delta_rule(q, k, v, torch.ones(1, 1, 5), mode=mode, chunk_size=2)
+    torch.testing.assert_close(o[0, 0, 3], torch.tensor([5.0, 6.0]))  # not (1, 2) + (5, 6)
+    torch.testing.assert_close(o[0, 0, 4], torch.tensor([9.0, 9.0]))
+    mixer = make("deltanet", mode=mode, chunk_size=4)
+    x = torch.randn(2, 13, D_MODEL)
+    q, k, v, _ = mixer.features(x)
+    expected = delta_rule(q, k, v, mixer.write_rate(x), mode="recurrent")
+    torch.testing.assert_close(mixer(x), mixer.output(x, expected))
 
 
 @pytest.mark.parametrize("mode", MODES)

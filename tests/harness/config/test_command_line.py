@@ -40,7 +40,7 @@ MISTAKES = [
     (["experiment=retrival_gap"], "(did you mean experiment=retrieval_gap?)"),
     (["backbone=zoolog"], "(did you mean backbone=zoology?)"),
     (["trainer=gpus"], "(did you mean trainer=gpu?)"),
-    (["+state_size=deltanet_h9"], "(did you mean +state_size=deltanet_h8?)"),  # an added group
+    (["+state_size=deltanet_k9"], "(did you mean +state_size=deltanet_k8?)"),  # an added group
     (["model=xyz"], "xyz is not an option of model (options: based, deltanet, favor,"),
 ]
 

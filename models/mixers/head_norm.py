@@ -1,0 +1,31 @@
+"""The per-head output norm of the fla layers (DeltaNet, Gated DeltaNet, GLA): RMSNorm of each
+head's output, optionally gated (docs/background.md, section 16)."""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.precision import autocast_off
+
+
+class HeadRMSNorm(nn.Module):
+    """y = RMSNorm(o_h) * w, or with a gate y = RMSNorm(o_h) * w * swish(g): each head's output
+    normalised per token over its d channels (one gain vector w of d shared by the heads), then
+    gated elementwise by swish of a projection of the layer input (fla's `RMSNorm` and
+    `FusedRMSNormGated`). The norm runs in float32 or wider (`models.precision`)."""
+
+    def __init__(self, head_dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(head_dim))
+
+    def forward(self, o: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+        """o [B, H, T, d] (float32 or wider), gate None or [B, T, H * d] (the output gate's
+        pre-activation) -> [B, T, H * d], in o's dtype without a gate, else in the gate's."""
+        b, h, t, d = o.shape
+        with autocast_off(o):
+            normed = F.rms_norm(o, (d,), self.weight.to(o.dtype), self.eps)
+        normed = normed.transpose(1, 2).reshape(b, t, h * d)
+        if gate is None:
+            return normed
+        return normed.to(gate.dtype) * F.silu(gate)

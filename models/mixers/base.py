@@ -117,3 +117,47 @@ class MatrixStateMixer(MultiHeadMixer):
     def init_state(self, batch_size: int) -> State:
         shape = (batch_size, self.n_heads, self.head_dim, self.head_dim)
         return (torch.zeros(shape, **self._state_kwargs()),)
+
+
+class KeyValueStateMixer(Mixer):
+    """A mixer whose state is one d_k x d_v matrix per head (`n_heads`, `head_k_dim`,
+    `head_v_dim`), with its own short convolution `conv` (None: none): the delta rule's and
+    GLA's reference layers. State per layer: H d_k d_v floats plus the convolution's window."""
+
+    n_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv: nn.Module | None
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, H * d] -> [B, H, T, d], contiguous."""
+        b, t, width = x.shape
+        return x.view(b, t, self.n_heads, width // self.n_heads).transpose(1, 2).contiguous()
+
+    def state_size(self, seq_len: int) -> int:
+        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
+
+    def conv_state_size(self) -> int:
+        return self.conv.window_floats if self.conv is not None else 0
+
+    def rank_bound(self, seq_len: int) -> int:
+        """H * d_k: each head's state is a sum of (gated or corrected) rank-1 writes k u^T, of
+        rank <= d_k, the key dimension (docs/background.md, section 17); the convolution's
+        window adds none."""
+        return self.n_heads * self.head_k_dim
+
+    def init_state(self, batch_size: int) -> State:
+        """(S,) or, with a convolution, (S, its window)."""
+        shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
+        S = torch.zeros(shape, **self._state_kwargs())
+        if self.conv is None:
+            return (S,)
+        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
+
+    def window_of(self, state: State) -> torch.Tensor | None:
+        """The convolution's window in `state`, None without a convolution."""
+        return state[1] if self.conv is not None else None
+
+    def packed(self, S: torch.Tensor, window: torch.Tensor | None) -> State:
+        """The state after a step, as `init_state` lays it out."""
+        return (S,) if self.conv is None else (S, window)

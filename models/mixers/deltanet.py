@@ -7,7 +7,7 @@ from torch import nn
 
 from common.checks import is_real, require, require_int
 from models.kernels import check_mode, delta_rule
-from models.mixers.base import Mixer, State
+from models.mixers.base import KeyValueStateMixer, State
 from models.mixers.head_norm import HeadRMSNorm
 from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
@@ -36,7 +36,7 @@ def head_dims(
 
 
 @register("deltanet")
-class DeltaNet(Mixer):
+class DeltaNet(KeyValueStateMixer):
     """Per head, with d_k = `head_k_dim` and d_v = expand_v * d_model / n_heads:
 
         q_t, k_t, v_t = SiLU(conv_4(W_{q,k,v} x_t))          (a causal depthwise conv each)
@@ -92,11 +92,6 @@ class DeltaNet(Mixer):
         self.norm = HeadRMSNorm(self.head_v_dim)
         self.out = nn.Linear(self.value_width, d_model, bias=False)
 
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, H * d] -> [B, H, T, d], contiguous."""
-        b, t, width = x.shape
-        return x.view(b, t, self.n_heads, width // self.n_heads).transpose(1, 2).contiguous()
-
     def features(
         self, x: torch.Tensor, window: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -134,30 +129,12 @@ class DeltaNet(Mixer):
             o = delta_rule(q, k, v, beta, mode=self.mode, chunk_size=self.chunk_size)
         return self.output(x, o)
 
-    def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
-
-    def conv_state_size(self) -> int:
-        return self.conv.window_floats if self.conv is not None else 0
-
-    def rank_bound(self, seq_len: int) -> int:
-        """H * d_k: S = sum of rank-1 writes k u^T per head has rank <= d_k, the key
-        dimension (docs/background.md, section 17); the convolution's window adds none."""
-        return self.n_heads * self.head_k_dim
-
-    def init_state(self, batch_size: int) -> State:
-        shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
-        S = torch.zeros(shape, **self._state_kwargs())
-        if self.conv is None:
-            return (S,)
-        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
-
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        q, k, v, window = self.features(x[:, None], self.window_of(state))
         beta = self.write_rate(x[:, None])
         with autocast_off(x):
             o, S = delta_rule(
                 q, k, v, beta, mode="recurrent", initial_state=state[0], return_state=True
             )
         y = self.output(x[:, None], o)[:, 0]
-        return y, (S,) if self.conv is None else (S, window)
+        return y, self.packed(S, window)

@@ -69,11 +69,11 @@ class GatedDeltaNet(DeltaNet):
         return self.output(x, o)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        q, k, v, window = self.features(x[:, None], self.window_of(state))
         beta, log_gate = self.write_rate(x[:, None]), self.log_gate(x[:, None])
         with autocast_off(x):
             o, S = gated_delta_rule(
                 q, k, v, beta, log_gate, mode="recurrent", initial_state=state[0], return_state=True
             )
         y = self.output(x[:, None], o)[:, 0]
-        return y, (S,) if self.conv is None else (S, window)
+        return y, self.packed(S, window)

@@ -7,7 +7,7 @@ from torch import nn
 
 from common.checks import is_real, require, require_int
 from models.kernels import check_mode, gated_linear_attention
-from models.mixers.base import Mixer, State
+from models.mixers.base import KeyValueStateMixer, State
 from models.mixers.head_norm import HeadRMSNorm
 from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
@@ -15,7 +15,7 @@ from models.registry import register
 
 
 @register("gla")
-class GatedLinearAttention(Mixer):
+class GatedLinearAttention(KeyValueStateMixer):
     """Per head, with d_k = `head_k_dim` and d_v = d_model / n_heads, a gate a_t in
     (0, 1]^d_k on every key dimension:
 
@@ -87,11 +87,6 @@ class GatedLinearAttention(Mixer):
         self.norm = HeadRMSNorm(self.head_v_dim)
         self.out = nn.Linear(d_model, d_model, bias=False)
 
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, H * d] -> [B, H, T, d], contiguous."""
-        b, t, width = x.shape
-        return x.view(b, t, self.n_heads, width // self.n_heads).transpose(1, 2).contiguous()
-
     def log_gate(self, x: torch.Tensor) -> torch.Tensor:
         """log a_t = logsigmoid(W_2 W_1 x_t + b) / tau: [B, H, T, d_k], <= 0, in float32
         or wider."""
@@ -133,30 +128,12 @@ class GatedLinearAttention(Mixer):
             o = gated_linear_attention(*projections, mode=self.mode, chunk_size=self.chunk_size)
         return self.output(x, o)
 
-    def state_size(self, seq_len: int) -> int:
-        return self.n_heads * self.head_k_dim * self.head_v_dim + self.conv_state_size()
-
-    def conv_state_size(self) -> int:
-        return self.conv.window_floats if self.conv is not None else 0
-
-    def rank_bound(self, seq_len: int) -> int:
-        """H * d_k: S = sum of gated k v^T per head has rank <= d_k, the key dimension
-        (docs/background.md, section 17)."""
-        return self.n_heads * self.head_k_dim
-
-    def init_state(self, batch_size: int) -> State:
-        shape = (batch_size, self.n_heads, self.head_k_dim, self.head_v_dim)
-        S = torch.zeros(shape, **self._state_kwargs())
-        if self.conv is None:
-            return (S,)
-        return S, self.conv.init_window(batch_size, **self._tensor_kwargs())
-
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        q, k, v, window = self.features(x[:, None], state[1] if self.conv else None)
+        q, k, v, window = self.features(x[:, None], self.window_of(state))
         log_gate = self.log_gate(x[:, None])
         with autocast_off(x):
             o, S = gated_linear_attention(
                 q, k, v, log_gate, mode="recurrent", initial_state=state[0], return_state=True
             )
         y = self.output(x[:, None], o)[:, 0]
-        return y, (S,) if self.conv is None else (S, window)
+        return y, self.packed(S, window)

@@ -142,6 +142,18 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 0; }
 </style>"""
 
 
+def provenance_section(provenance: dict[str, str]) -> str:
+    """Where the numbers come from: commit, versions, machine, the jobs' wall time."""
+    rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td><pre>{html.escape(v)}</pre></td></tr>"
+        for k, v in provenance.items()
+    )
+    return (
+        "<h2>Provenance</h2><p>Commit, versions and machine are those that wrote this report; "
+        f"the wall time is the jobs' own.</p><table class='provenance'>{rows}</table>"
+    )
+
+
 def write_page(
     path: Path,
     sweep: Path,
@@ -171,19 +183,7 @@ def write_page(
         parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
     parts += ["<h2>Results</h2>", table(rows)]
     parts += ["<h2>Failed and diverged jobs</h2>", table(problems)]
-    parts.append("<h2>Provenance</h2>")
-    parts.append(
-        "<p>Commit, versions and machine are those that wrote this report; the wall time is "
-        "the jobs' own.</p>"
-    )
-    parts.append(
-        "<table class='provenance'>"
-        + "".join(
-            f"<tr><th>{html.escape(k)}</th><td><pre>{html.escape(v)}</pre></td></tr>"
-            for k, v in provenance.items()
-        )
-        + "</table>"
-    )
+    parts.append(provenance_section(provenance))
     experiment, plumbing = settings
     parts.append("<h2>Settings</h2>")
     for summary, group in (

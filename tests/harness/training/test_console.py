@@ -208,8 +208,10 @@ def test_ctrl_c_keeps_the_checkpoint_and_says_rerun_resumes(tmp_path: Path) -> N
         raise AssertionError("Ctrl-C did not stop the run within two minutes") from None
     assert process.returncode != 0
     (checkpoint,) = (tmp_path / "ckpt").glob("*/last.ckpt")
-    assert f"interrupted: training state kept in {checkpoint}" in stderr, stderr[-2000:]
-    assert "run the same command again to resume" in stderr
+    step = saved_step(checkpoint)
+    kept = f"interrupted: training state kept at step {step} of 100000 in {checkpoint}"
+    assert kept in stderr, stderr[-2000:]
+    assert f"run the same command again to resume from step {step}" in stderr
 
 
 def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:

@@ -1,12 +1,14 @@
-"""The language model around a mixer: embeddings, N pre-norm blocks (mixer, then an MLP unless
-`mlp_ratio=0`), LM head."""
+"""The language model around its mixers: embeddings, N pre-norm blocks (a mixer, then an MLP
+unless `mlp_ratio=0`), LM head. Every block gets the same mixer, or in a hybrid its own
+(`models.stack`, docs/hybrids.md)."""
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.checks import require, require_choice, require_int
+from common.checks import InvalidValue, require, require_choice, require_int
 from models.registry import build_mixer
+from models.stack import Layer, stack_layers
 
 POSITIONAL = ("learned", "none")
 
@@ -85,9 +87,43 @@ class Block(nn.Module):
     def state_size(self, seq_len: int) -> int:
         return self.shared_conv_state_size() + self.mixer.state_size(seq_len)
 
+    def state_record(self, seq_len: int) -> dict:
+        """This layer's state at seq_len: its mixer, floats (all, the mixer's own without any
+        convolution window, the windows'), rank bound (docs/background.md, section 17),
+        whether it grows with the length, and the mixer's state knob with its value."""
+        mixer = self.mixer
+        conv = self.shared_conv_state_size() + mixer.conv_state_size()
+        floats = self.state_size(seq_len)
+        knob = getattr(mixer, "state_knob", None)
+        return {
+            "mixer": mixer.registry_name,
+            "floats": floats,
+            "mixer_floats": mixer.state_size(seq_len) - mixer.conv_state_size(),
+            "conv_floats": conv,
+            "rank_bound": mixer.rank_bound(seq_len),
+            "grows_with_seq_len": self.state_size(2 * seq_len) > floats,
+            "knob": None if knob is None else {"name": knob, "value": getattr(mixer, knob)},
+        }
+
+
+def build_layer(layer: Layer, d_model: int) -> nn.Module:
+    """The layer's mixer; a hybrid layer's bad parameter is named by its entry
+    (`layers[1].n_heads=3 is invalid: ...`)."""
+    try:
+        return build_mixer(layer.name, d_model, **layer.params)
+    except InvalidValue as error:
+        if layer.entry is None:
+            raise
+        raise InvalidValue(layer.key(error.name), error.value, error.allowed) from error
+
 
 class LanguageModel(nn.Module):
     """Token embedding (+ learned positions) -> `n_layers` blocks -> final norm -> LM head.
+
+    `mixer` names the registered mixer of every block, with `mixer_params`; or `mixer="hybrid"`
+    with `mixer_params={"layers": [...]}`, one entry per block (a mixer's name or a dict of its
+    name and parameters), repeated when `n_layers` is a multiple of its length
+    (`models.stack`). A stack's state and rank bound are its layers' sums.
 
     `short_conv` (default 4, as Zoology and Based) is the kernel size of the causal
     convolution before every mixer, softmax included, so that every mixer gets the same
@@ -119,7 +155,8 @@ class LanguageModel(nn.Module):
         self.max_seq_len, self.pos_emb = max_seq_len, pos_emb
         self.embed = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_seq_len, d_model) if pos_emb == "learned" else None
-        mixers = [build_mixer(mixer, d_model, **(mixer_params or {})) for _ in range(n_layers)]
+        layers = stack_layers(mixer, mixer_params, n_layers)
+        mixers = [build_layer(layer, d_model) for layer in layers]
         self.blocks = nn.ModuleList(Block(d_model, m, short_conv, mlp_ratio) for m in mixers)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
@@ -160,25 +197,17 @@ class LanguageModel(nn.Module):
             new_blocks.append(block_state)
         return self.head(self.norm(x)), {"t": state["t"] + 1, "blocks": new_blocks}
 
+    def layer_states(self, seq_len: int) -> list[dict]:
+        """Each layer's state at seq_len (`Block.state_record`), bottom first."""
+        return [block.state_record(seq_len) for block in self.blocks]
+
     def state_size(self, seq_len: int) -> int:
-        """Floats per layer needed to produce token seq_len + 1 (mixer state + conv window)."""
-        return self.blocks[0].state_size(seq_len)
-
-    def mixer_state_size(self, seq_len: int) -> int:
-        """Floats per layer of the mixer's own state, every convolution's window left out
-        (the shared one and the mixer's own, `conv_state_size`): where the bindings are kept
-        (docs/background.md, section 17)."""
-        mixer = self.blocks[0].mixer
-        return mixer.state_size(seq_len) - mixer.conv_state_size()
-
-    def conv_state_size(self) -> int:
-        """Floats per layer of convolution windows: the shared short convolution's and the
-        mixer's own (conv state: the last few inputs, never an earlier binding)."""
-        block = self.blocks[0]
-        return block.shared_conv_state_size() + block.mixer.conv_state_size()
+        """Floats of the whole stack's state needed to produce token seq_len + 1: the sum of
+        its layers' (mixer state and convolution windows)."""
+        return sum(block.state_size(seq_len) for block in self.blocks)
 
     def rank_bound(self, seq_len: int) -> int:
-        """Bindings one layer's state reads back exactly at seq_len (the mixer's
-        `rank_bound`, docs/background.md, section 17); the short convolution is not counted:
-        its window holds the current token's few neighbours, never an earlier binding."""
-        return self.blocks[0].mixer.rank_bound(seq_len)
+        """Bindings the stack's states read back exactly at seq_len: the sum of its layers'
+        `rank_bound` (docs/background.md, section 17); a convolution's window adds none: it
+        holds the current token's few neighbours, never an earlier binding."""
+        return sum(block.mixer.rank_bound(seq_len) for block in self.blocks)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from harness.train import run
 from harness.training.build import build
@@ -21,9 +22,12 @@ def preset(name: str) -> dict:
 
 
 def sweep_values(name: str) -> dict[str, list[str]]:
-    """The preset's `hydra.sweeper.params`: key -> the values it sweeps."""
+    """The preset's `hydra.sweeper.params`: key -> the values it sweeps, as Hydra splits them
+    (a swept list, `model.layers: [a,b],[c,d]`, is one value each)."""
     params = preset(name).get("hydra", {}).get("sweeper", {}).get("params", {})
-    return {key: str(values).split(",") for key, values in params.items()}
+    parser = OverridesParser.create()
+    overrides = parser.parse_overrides([f"{key}={values}" for key, values in params.items()])
+    return {o.get_key_element(): list(o.sweep_string_iterator()) for o in overrides}
 
 
 def test_there_are_presets() -> None:

@@ -189,6 +189,9 @@ def check_key(
         raise BadInput(f"{line} is refused: {key} is a setting (set it: {key}={value})")
     if key in known:
         return
+    if key.startswith("model.layers."):
+        example = "'model.layers=[gated_deltanet,{name:softmax,n_heads:4}]'"
+        raise BadInput(f"{line} is refused: a hybrid's layer is set in its entry: {example}")
     group = nearest_name(key.split(".", 1)[0], options)
     elsewhere = keys_elsewhere(group, selected, options) if group in options else {}
     if key in elsewhere:

@@ -11,6 +11,7 @@ from harness.config.hashing import params_of
 from harness.config.hydra_job import group_choices
 from harness.records.files import jsonable, write_atomic
 from harness.records.schema import FAILED, RECORD
+from models.stack import HYBRID, hybrid_label
 
 
 def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
@@ -40,26 +41,51 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
 
 def state_record(model: torch.nn.Module, seq_len: int) -> dict:
     """Recurrent state needed to produce the next token at `seq_len` (the record's `state`);
-    `model` is a `models.backbone.LanguageModel`. `rank_bound_per_layer`: the most bindings
-    a linear read-out of one layer's state recovers exactly (`LanguageModel.rank_bound`,
-    docs/background.md, section 17). `mixer_floats_per_layer` leaves every convolution's
-    window out (`conv_floats_per_layer`: the shared one and the mixer's own); `knob` names
-    the mixer's state knob (the key dimension per head, `Mixer.state_knob`) and its value,
-    or is null for a mixer without one."""
-    floats = model.state_size(seq_len)
-    mixer = model.blocks[0].mixer
-    knob = getattr(mixer, "state_knob", None)
+    `model` is a `models.backbone.LanguageModel`. `layers`: each layer's own
+    (`Block.state_record`: its mixer, floats, rank bound, knob). The stack's state and rank
+    bound are its layers' sums (`*_stack`); the `*_per_layer` fields are the stack's mean
+    over its layers, one layer's own when every layer has the same mixer.
+    `rank_bound_per_layer`: the most bindings a linear read-out of a layer's state recovers
+    exactly (docs/background.md, section 17). `mixer_floats_per_layer` leaves every
+    convolution's window out (`conv_floats_per_layer`: the shared one and the mixer's own);
+    `knob` names the mixer's state knob (the key dimension per head, `Mixer.state_knob`) and
+    its value: null for a mixer without one, and for a hybrid (its layers carry theirs)."""
+    layers = model.layer_states(seq_len)
+    n = len(layers)
     bytes_per_float = next(model.parameters()).element_size()
+
+    def stack(field: str) -> int:
+        return sum(layer[field] for layer in layers)
+
+    def per_layer(field: str) -> int | float:
+        total = stack(field)
+        return total // n if total % n == 0 else total / n
+
+    first = layers[0]
+    alike = all((lay["mixer"], lay["knob"]) == (first["mixer"], first["knob"]) for lay in layers)
     return {
-        "floats_per_layer": floats,
-        "bytes_per_layer": floats * bytes_per_float,
-        "bytes_total": floats * bytes_per_float * len(model.blocks),
-        "grows_with_seq_len": model.state_size(2 * seq_len) > floats,
-        "mixer_floats_per_layer": model.mixer_state_size(seq_len),
-        "conv_floats_per_layer": model.conv_state_size(),
-        "rank_bound_per_layer": model.rank_bound(seq_len),
-        "knob": None if knob is None else {"name": knob, "value": getattr(mixer, knob)},
+        "floats_per_layer": per_layer("floats"),
+        "bytes_per_layer": per_layer("floats") * bytes_per_float,
+        "bytes_total": stack("floats") * bytes_per_float,
+        "grows_with_seq_len": any(layer["grows_with_seq_len"] for layer in layers),
+        "mixer_floats_per_layer": per_layer("mixer_floats"),
+        "conv_floats_per_layer": per_layer("conv_floats"),
+        "rank_bound_per_layer": per_layer("rank_bound"),
+        "floats_stack": stack("floats"),
+        "mixer_floats_stack": stack("mixer_floats"),
+        "rank_bound_stack": stack("rank_bound"),
+        "knob": first["knob"] if alike else None,
+        "layers": layers,
     }
+
+
+def model_label(record: dict) -> str:
+    """The model as run names and the report call it: its mixer, or a hybrid named by its
+    layers (`gdn+softmax`, `models.stack.hybrid_label`)."""
+    if record.get("model") != HYBRID:
+        return record.get("model") or "?"
+    layers = (record.get("model_params") or {}).get("layers") or []
+    return hybrid_label([e if isinstance(e, str) else e.get("name", "?") for e in layers])
 
 
 def write_record(run_dir: Path, record: dict) -> Path:

@@ -16,8 +16,10 @@ from typing import Any
 import pandas as pd
 
 from harness.records.files import write_atomic
+from harness.records.record import model_label
 from harness.records.schema import RECORD
 from harness.records.summary import read_summary
+from models.stack import HYBRID, layers_text
 
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"
@@ -95,14 +97,35 @@ def flat_row(record: dict) -> dict[str, Any]:
     mixture = ((record.get("config") or {}).get("task") or {}).get("mixture")
     if mixture:
         row["task.mixture"] = mixture_text(mixture)
-    row.update({f"model.{k}": v for k, v in (record.get("model_params") or {}).items()})
+    row["model"] = model_label(record)
+    row.update(layer_columns(record))
+    params = {k: v for k, v in (record.get("model_params") or {}).items() if k != "layers"}
+    row.update({f"model.{k}": v for k, v in params.items()})
     config = {k: v for k, v in (record.get("config") or {}).items() if k not in NOT_PARAMETERS}
     row.update(flatten(config))
     row.pop("data.cache_dir", None)
     parts = ("state", "train", "capacity")
     row.update(flatten({part: record.get(part) or {} for part in parts}))
+    row.pop("state.layers", None)  # a hybrid's are its `layer.<i>` columns
     row.update(record.get("metrics") or {})
     return row
+
+
+def layer_columns(record: dict) -> dict[str, Any]:
+    """A hybrid's layers as columns: `layer.<i>`, the mixer of layer i (bottom first), with its
+    state (`layer.<i>.mixer_floats`, `.rank_bound`, ...), and each entry's parameters of
+    `model.layers` (`model.layers.<i>.head_k_dim`); none for a one-mixer model."""
+    if record.get("model") != HYBRID:
+        return {}
+    columns: dict[str, Any] = {}
+    for i, entry in enumerate((record.get("model_params") or {}).get("layers") or []):
+        entry = {"name": entry} if isinstance(entry, str) else entry
+        columns.update({f"model.layers.{i}.{k}": v for k, v in entry.items() if k != "name"})
+    for i, layer in enumerate((record.get("state") or {}).get("layers") or []):
+        columns[f"layer.{i}"] = layer.get("mixer")
+        state = {k: v for k, v in layer.items() if k not in ("mixer", "knob")}
+        columns.update({f"layer.{i}.{k}": v for k, v in state.items()})
+    return columns
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -182,6 +205,9 @@ def value_at(record: dict, key: str) -> Any:
     None: task and model keys from the resolved parameters, the rest from the config, and a
     config group that leaves no key of its own (`state_size`) from the record's `choices`."""
     group, _, name = key.partition(".")
+    if key == "model.layers":  # as written: gdn(head_k_dim=4)+softmax
+        given = ((record.get("config") or {}).get("model") or {}).get("layers")
+        return layers_text(given) if given else None
     if group in ("task", "model") and name:
         return (record.get(f"{group}_params") or {}).get(name)
     node: Any = {**(record.get("config") or {}), "seed": record.get("seed")}

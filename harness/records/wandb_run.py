@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
 from harness.config.short_names import in_run_name
+from harness.records.record import model_label
 from harness.records.sweep import sweep_id, swept_values
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def run_name(record: dict, swept: list[str] | None, job_number: int | None = Non
     """A run's name from its swept values, unique within its sweep: `deltanet-d128-kv8-T256-s1`.
 
     Outside a described sweep: `model-task-T<seq_len>` (and the job's number in a sweep)."""
-    parts = [record["model"]]
+    parts = [model_label(record)]
     if swept is None:
         parts += [record["task"], f"T{record.get('seq_len')}"]
         return "-".join(parts + ([f"job{job_number}"] if job_number is not None else []))

@@ -33,6 +33,7 @@ from harness.report.style import (
     model_order,
     powers_of_two,
 )
+from models.stack import HYBRID_JOIN
 
 SPREAD = 0.09
 """How far apart (in log2 x) markers that would coincide are drawn, each cluster centred on
@@ -81,6 +82,12 @@ def bound_groups(curves: dict[str, list[tuple[float, float]]]) -> list[list[str]
         touching = [g for g in groups if any(crossing(curves[m], pairs) for m in g)]
         groups = [g for g in groups if g not in touching] + [[*sum(touching, []), mixer]]
     return groups
+
+
+def any_hybrid(mixers) -> bool:
+    """Whether some of `mixers` is a hybrid (`models.stack.hybrid_label`: `gdn+softmax`), whose
+    state and rank bound per layer are its layers' mean (`state.*_per_layer`)."""
+    return any(HYBRID_JOIN in mixer for mixer in mixers)
 
 
 def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> bool:
@@ -168,7 +175,10 @@ def capacity_legend(
         label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if bounds:
-        handles.append(legend_entry("rank bound H x D (dashed)", linestyle=(0, (4, 3))))
+        label = "rank bound H x D (dashed)" + (
+            "; a hybrid's: its layers' mean" * any_hybrid(mixers)
+        )
+        handles.append(legend_entry(label, linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
         handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))
     if any(r.n90_censoring == LEFT for r in shown):
@@ -188,7 +198,10 @@ def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
     log2_ticks(ax.xaxis, min(xs), max(xs), count_label)
     log2_ticks(ax.yaxis, min(ys), max(ys), lambda v: f"{v:g}")
     ax.grid(alpha=0.3)
-    ax.set_xlabel("the mixer's state per layer (floats; the short conv's window not counted)")
+    mean = "; a hybrid: its layers' mean" if any_hybrid({r.mixer for r in runs}) else ""
+    ax.set_xlabel(
+        f"the mixer's state per layer (floats; the short conv's window not counted{mean})"
+    )
     load = next((r.load for r in runs if r.load), None)
     what = AXIS_TITLES.get(f"task.{load}", load or "load")
     name = level_name(threshold)
@@ -199,10 +212,11 @@ def capacity_figure(
     runs: list[CapacityRun], rows: list[dict], laws: dict[str, MixerLaw], threshold: float
 ) -> Figure | None:
     """n90 (at `threshold`) against state floats per layer: the module docstring's figure.
-    None unless some mixer has runs the fit keeps at 2 or more state sizes."""
+    None unless the runs the fit keeps sit at 2 or more state sizes (of one mixer: its law;
+    of several, each at one: where each mixer or hybrid sits, no law)."""
     mixers = sorted({r.mixer for r in runs}, key=model_order)
     kept = [r for r in runs if r.fitted]
-    if not any(len({r.floats for r in kept if r.mixer == m}) >= 2 for m in mixers):
+    if len({r.floats for r in kept}) < 2:
         return None
     fig, ax = plt.subplots(figsize=(8.0, 5.8), layout="constrained")
     ax.set_xscale("log", base=2)
@@ -215,7 +229,11 @@ def capacity_figure(
     name = level_name(threshold)
     left_out = len(runs) - len(kept)
     note = f"; {left_out} training_limited run(s) not drawn" if left_out else ""
-    title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
-    subtitle = f"{budget(rows)}; b with its 90% bootstrap interval over seeds{note}"
+    if laws:
+        title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
+        subtitle = f"{budget(rows)}; b with its 90% bootstrap interval over seeds{note}"
+    else:
+        title = f"Capacity against state: {name} per run (no mixer at two state sizes: no law)"
+        subtitle = f"{budget(rows)}{note}"
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
     return fig

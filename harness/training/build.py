@@ -18,6 +18,7 @@ from harness.training.data_module import TaskDataModule, mixture_from_config
 from harness.training.lightning_module import RecallModule
 from models import MIXERS
 from models.backbone import LanguageModel
+from models.stack import HYBRID, resolved_layers
 from tasks import Task, build_task
 
 __all__ = ["BadInput", "Parts", "build", "check_added_keys", "resolved_model_params"]
@@ -32,7 +33,10 @@ class Parts:
 
 
 def resolved_model_params(cfg: DictConfig) -> dict:
-    """The mixer's parameters with the constructor's defaults filled in."""
+    """The mixer's parameters with the constructor's defaults filled in (a hybrid: each of
+    its layers')."""
+    if cfg.model.name == HYBRID:
+        return {"layers": resolved_layers(params_of(cfg.model)["layers"])}
     defaults = MIXERS.defaults(cfg.model.name)
     defaults.pop("d_model", None)
     return {**defaults, **params_of(cfg.model)}
@@ -55,13 +59,15 @@ def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> Bad
     did not set that key but set others of its group, the message says which
     (`task.vocab_size=8` makes the default `num_kv_pairs` invalid)."""
     message, name = str(error), getattr(error, "name", None)
-    group = next((g for g in groups if name is not None and name in cfg[g]), None)
+    root = None if name is None else name.split("[", 1)[0]  # layers[1].n_heads: model.layers
+    group = next((g for g in groups if root is not None and root in cfg[g]), None)
     if group is None:
         return BadInput(message)
     key = f"{group}.{name}"
     touched = touched_keys()
     given = sorted(k for k in touched if k.startswith(f"{group}.") and k != key)
-    if touched and key not in touched and given:
+    set_by_user = any(key == k or key.startswith((f"{k}.", f"{k}[")) for k in touched)
+    if touched and not set_by_user and given:
         values = ", ".join(f"{k}={OmegaConf.select(cfg, k)}" for k in given)
         return BadInput(f"{group}.{message} (the default {key}, invalid with {values})")
     return BadInput(f"{group}.{message}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.readouts.capacity import NOT_LIMITED, TRAINING_LIMITED, level_name, shown
 from harness.readouts.convergence import left_floor, under_floor
+from harness.records.record import model_label
 from harness.records.schema import OK, status_of
 
 KNOWN_WARNINGS = (
@@ -168,7 +169,7 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
     the strongest baseline, state size, time, and why it did not finish when it did not."""
     status = status_of(record)
     parts = [f"[{position}]" if position else "", f"{status:<8}", record.get("task") or "?"]
-    parts.append(record.get("model") or "?")
+    parts.append(model_label(record))
     parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in values.items()]
     metrics = record.get("metrics") or {}
     if status == OK:

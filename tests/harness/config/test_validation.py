@@ -25,6 +25,15 @@ REFUSED = [
     (["task.eval_seq_lens=[abc]"], "task.eval_seq_lens='abc' is invalid"),
     (["task.eval_seq_lens=[48]"], "(backbone.pos_emb=none evaluates at any length)"),
     (["task.eval_seq_lens=[3]"], "task.eval_seq_lens=[3] is invalid: must be lengths that hold"),
+    (
+        ["model=hybrid", "model.layers=[gated_deltanet,{name:softmax,n_heads:3}]"],
+        "model.layers[1].n_heads=3 is invalid: must be a divisor of d_model=",
+    ),
+    (["model=hybrid", "model.layers=[gla,sofmax]"], "model.layers[1].name='sofmax' is invalid"),
+    (
+        ["model=hybrid", "model.layers=[gla,softmax,gla]"],
+        "backbone.n_layers=2 is invalid: must be a multiple of the 3 entries of model.layers",
+    ),
 ]
 
 
@@ -72,6 +81,10 @@ def test_added_keys_that_are_read_pass(override: str) -> None:
     [
         (["+lr=0.5"], "error: +lr=0.5 is refused: lr is not a setting (did you mean optim.lr?)"),
         (["model=favor", "model.feature_dim=0"], "error: model.feature_dim=0 is invalid"),
+        (
+            ["model=hybrid", "model.layers.1.n_heads=3"],
+            "error: model.layers.1.n_heads=3 is refused: a hybrid's layer is set in its entry",
+        ),
     ],
 )
 def test_cli_refusal_is_one_line_exit_2_and_leaves_no_folder(tmp_path: Path, args, line) -> None:

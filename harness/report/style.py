@@ -39,9 +39,16 @@ AXIS_TITLES = {
 ACCURACY = "test accuracy (scored tokens)"
 BASELINE_STYLES = {"chance": ":", "in_context": "--", "elimination": "-."}
 
+VARIANT_PALETTE = (
+    *plt.cm.Dark2.colors[:7],
+    *(c for i, c in enumerate(plt.cm.Set1.colors[:8]) if i != 5),
+    *plt.cm.tab20b.colors[::4],
+)
+"""Colours for names outside the registry: Dark2's strong colours, then Set1's and tab20b's
+darkest, greys and yellow left out (grey is the baselines'): 19 distinct colours."""
 VARIANT_COLOURS: dict[str, Any] = {}
-"""Colours handed to names outside the registry (a model's variants, "linear elu") in the
-order they are first drawn: Dark2's strong colours, distinct from one another."""
+"""Colours handed to names outside the registry (a model's variants, "linear elu"; a hybrid,
+"gdn+softmax") in the order they are first drawn, from `VARIANT_PALETTE`."""
 
 
 def colour(model: str) -> Any:
@@ -52,7 +59,7 @@ def colour(model: str) -> Any:
     if model in KNOWN_MODELS:
         return PALETTE[(KNOWN_MODELS.index(model) - 1) % len(PALETTE)]
     if model not in VARIANT_COLOURS:
-        VARIANT_COLOURS[model] = plt.cm.Dark2(len(VARIANT_COLOURS) % 8)
+        VARIANT_COLOURS[model] = VARIANT_PALETTE[len(VARIANT_COLOURS) % len(VARIANT_PALETTE)]
     return VARIANT_COLOURS[model]
 
 

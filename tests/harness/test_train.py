@@ -37,6 +37,21 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
         "mixer_floats_per_layer": 2 * 24 * 64,
         "conv_floats_per_layer": 3 * 64,
         "knob": None,  # softmax has no state knob
+        "floats_stack": 2 * floats,
+        "mixer_floats_stack": 2 * 2 * 24 * 64,
+        "rank_bound_stack": 48,
+        "layers": [
+            {
+                "mixer": "softmax",
+                "floats": floats,
+                "mixer_floats": 2 * 24 * 64,
+                "conv_floats": 3 * 64,
+                "rank_bound": 24,
+                "grows_with_seq_len": True,
+                "knob": None,
+            }
+        ]
+        * 2,
     }
     train = saved["train"]
     assert train["stopped_by"] == "early_stop_acc" and train["converged"] is True

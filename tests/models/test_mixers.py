@@ -128,8 +128,10 @@ def test_backbone_step_equals_forward(name: str, short_conv: int, mlp_ratio: int
     floats = sum(s.numel() for s in state["blocks"][0][1]) // 2
     owns = model.blocks[0].mixer.owns_short_conv  # then the block has no shared conv
     conv = (short_conv - 1) * D_MODEL if short_conv and not owns else 0
-    assert model.state_size(16) == floats + conv
-    assert model.mixer_state_size(16) == floats + conv - model.conv_state_size()
+    layer = model.layer_states(16)[0]
+    assert layer["floats"] == model.blocks[0].state_size(16) == floats + conv
+    assert layer["mixer_floats"] == floats + conv - layer["conv_floats"]
+    assert model.state_size(16) == 2 * (floats + conv)  # the stack: both layers
 
 
 def test_mlp_ratio_0_leaves_the_mlp_out() -> None:

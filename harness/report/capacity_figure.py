@@ -175,9 +175,8 @@ def capacity_legend(
         label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if bounds:
-        label = "rank bound H x D (dashed)" + (
-            "; a hybrid's: its layers' mean" * any_hybrid(mixers)
-        )
+        mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
+        label = f"rank bound H x D (dashed){mean}"
         handles.append(legend_entry(label, linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
         handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))
@@ -233,7 +232,7 @@ def capacity_figure(
         title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
         subtitle = f"{budget(rows)}; b with its 90% bootstrap interval over seeds{note}"
     else:
-        title = f"Capacity against state: {name} per run (no mixer at two state sizes: no law)"
+        title = f"Capacity against state: {name} per run (no law fitted)"
         subtitle = f"{budget(rows)}{note}"
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
     return fig

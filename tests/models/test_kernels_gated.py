@@ -288,3 +288,40 @@ def test_products_of_gates_below_the_smallest_normal_are_flushed_to_zero() -> No
     assert normal_floor(x) == pytest.approx(-87.336, abs=1e-3)
     gaps = causal_exp(torch.tensor([[0.0, 5.0], [-90.0, 0.0]]), dim=(0, 1))
     assert torch.equal(gaps, torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+
+
+@pytest.mark.parametrize("kernel", ["gla", "gla_scalar", "gated_delta_rule"])
+def test_chunk_mode_never_exponentiates_a_positive_log_gate(monkeypatch, kernel):
+    """Every exponential the chunk form takes, forward and backward, is of a difference
+    b_later - b_earlier <= 0 (or -inf where masked): with gates summing to -400 a chunk, one
+    positive exponent would overflow float32. Checked by recording the largest finite argument
+    of every torch exponential called while the kernel runs."""
+    T, C = 150, 64
+    gen = torch.Generator().manual_seed(11)
+    shape = (B, H, T, D) if kernel == "gla" else (B, H, T)
+    log_gate = -400 / C * (0.2 + 1.6 * torch.rand(*shape, generator=gen, dtype=F64))
+    q, k, v = _randn(gen, B, H, T, D), _randn(gen, B, H, T, D), _randn(gen, B, H, T, DV)
+    S0 = _randn(gen, B, H, D, DV)
+    if kernel == "gated_delta_rule":
+        attend, gates = gated_delta_rule, (torch.sigmoid(_randn(gen, B, H, T)), log_gate)
+        k = F.normalize(k, dim=-1)
+    else:
+        attend, gates = gated_linear_attention, (log_gate,)
+    inputs = [x.float() for x in (q, k, v, *gates, S0)]
+    largest = []
+
+    def recording(exp):
+        def wrapped(x, *args, **kwargs):
+            finite = x[torch.isfinite(x)]
+            largest.append(finite.max().item() if finite.numel() else float("-inf"))
+            return exp(x, *args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(torch, "exp", recording(torch.exp))
+    monkeypatch.setattr(torch.Tensor, "exp", recording(torch.Tensor.exp))
+    monkeypatch.setattr(torch.Tensor, "exp_", recording(torch.Tensor.exp_))
+    o, S, grads = _run(attend, inputs, "chunk", C)
+    assert largest, "the chunk form took no exponential through torch"
+    assert max(largest) <= 0.0
+    assert all(torch.isfinite(x).all() for x in (o, S, *grads))

@@ -20,7 +20,10 @@ REFERENCE = "softmax"
 KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENCE))
 """The registry's mixers in a fixed order, softmax (the reference) first, then by name: model
 i gets colour i, whatever the sweep holds."""
-MARKERS = "osD^vP*Xhp<>dH8"
+MARKERS = "osDpX*8Phd^>v<H"
+"""One marker per registered mixer in `KNOWN_MODELS` order. The mixers a capacity law can
+fit (deltanet, gated_deltanet, gla, linear, mamba2, retnet) get no triangle, since the
+capacity figure draws its censored readouts as arrows with triangle heads."""
 GREYS = (plt.cm.tab10.colors[7], plt.cm.tab20.colors[15])
 PALETTE = tuple(c for c in (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2]) if c not in GREYS)
 """The registered mixers' colours (softmax is black): tab10, then tab20's light shades, their

@@ -5,6 +5,7 @@ readouts read at the report's threshold (`harness.report.reread`). A hollow mark
 that had not converged (`style.HOLLOW`), as in every figure."""
 
 from collections import defaultdict
+from statistics import stdev
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -122,7 +123,8 @@ def budget(rows: list[dict], load: str, threshold: float = 0.9) -> str:
         trained = f"trained on {load}={joined(values_of(rows, f'task.{load}')) if rows else '?'}"
     return (
         f"{trained}, {training_budget(rows)}; line: seed mean, "
-        f"points: seeds (hollow: not converged); light line: {threshold:g}"
+        f"points: seeds (hollow: not converged; beyond three, a band of one std); "
+        f"light line: {threshold:g}"
     )
 
 
@@ -130,7 +132,8 @@ def draw_curve(
     ax, point: Point, seeds: list[dict], load: str, index: int, point_keys, handles
 ) -> None:
     """The seeds' mean through every tested load; with three seeds or fewer, each seed's
-    accuracies as small markers (hollow where it had not converged)."""
+    accuracies as small markers (hollow where it had not converged); with more, a band of one
+    sample std around the mean and hollow markers for the seeds that had not converged."""
     mean = accuracy_by_load(point.metrics, load)
     loads = sorted(mean)
     dash = LINE_STYLES[index % len(LINE_STYLES)]
@@ -142,11 +145,19 @@ def draw_curve(
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
     handles[label] = legend_entry(label, marker=marker(point.model), **style)
-    if len(seeds) > 3:
-        return
+    many = len(seeds) > 3
+    if many:  # the seeds' spread as a band of one sample std around the mean
+        curves = [accuracy_by_load(seed, load) for seed in seeds]
+        values = [[c[n] for c in curves if n in c] for n in loads]
+        spread = [stdev(v) if len(v) > 1 else 0.0 for v in values]
+        low = [mean[n] - d for n, d in zip(loads, spread, strict=True)]
+        high = [mean[n] + d for n, d in zip(loads, spread, strict=True)]
+        ax.fill_between(loads, low, high, color=style["color"], alpha=0.15, linewidth=0)
     for seed in seeds:
         curve = accuracy_by_load(seed, load)
         hollow = seed.get("capacity.training") not in (None, CONVERGED)
+        if many and not hollow:
+            continue  # beyond three seeds only the ones that had not converged are marked
         ax.plot(
             sorted(curve),
             [curve[n] for n in sorted(curve)],

@@ -131,3 +131,28 @@ def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     assert budget(
         [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs"
     ).startswith("trained on num_kv_pairs=[4, 64],")
+
+
+def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay_marked():
+    """Four seeds, one far below the others and not converged: the curve carries a band of one
+    sample std around the mean (as wide as the seeds' spread), and that seed's hollow markers."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+    from matplotlib.figure import Figure
+
+    from harness.report.load_curve import draw_curve
+
+    seeds = [run("linear", {**LINEAR, 16: 0.7}, "capacity_limited", 9.0, s) for s in range(3)]
+    low = run("linear", {n: a / 2 for n, a in LINEAR.items()}, "capacity_limited", 2.0, 3)
+    seeds.append({**low, "capacity.training": "still_rising"})
+    curves = [accuracy_by_load(s, "num_kv_pairs") for s in seeds]
+    mean = {n: float(np.mean([c[n] for c in curves])) for n in LOADS}
+    curve = Point("assoc_recall", "linear", {}, status="ok", seeds=4, metrics=metrics(mean))
+    ax = Figure().subplots()
+    draw_curve(ax, curve, seeds, "num_kv_pairs", 0, [], {})
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    spread = np.std([c[2] for c in curves], ddof=1)
+    assert ys.max() - ys.min() >= 2 * spread - 1e-9
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and len(hollow[0].get_xdata()) == len(LOADS)

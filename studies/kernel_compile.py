@@ -13,11 +13,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 
 import torch
-import torch.nn.functional as F
 
 from models.kernels import gated_delta_rule, gated_linear_attention
+from studies.bench.forms import fwd_bwd, gated_delta_inputs, gla_inputs
+from studies.bench.settings import Settings
 from studies.threads import torch_threads
 
 KERNELS = ("gla", "gla_scalar", "gated_delta_rule")
@@ -34,21 +36,15 @@ def cpu_seconds() -> float:
 
 def kernel_step(kernel: str, batch: int, seq_len: int, dim: int) -> Callable[[Callable], None]:
     """A function that runs one forward + backward of `kernel` (chunk mode, chunk 64, 2 heads)
-    through the given callable, on fixed random inputs with gates in (0, 1)."""
-    gen = torch.Generator().manual_seed(0)
-    shape = (batch, 2, seq_len)
-    q, k, v = (torch.randn(*shape, dim, generator=gen) for _ in range(3))
-    gate_shape = (*shape, dim) if kernel == "gla" else shape
-    log_gate = F.logsigmoid(torch.randn(*gate_shape, generator=gen) + 2)
+    through the given callable, on the benchmark's inputs (`studies.bench.forms`)."""
+    s = Settings(device=torch.device("cpu"), seq_lens=[seq_len], batch=batch, head_dim=dim)
     if kernel == "gated_delta_rule":
-        k = F.normalize(k, dim=-1)
-        extra = [torch.sigmoid(torch.randn(*shape, generator=gen)), log_gate]
+        inputs = gated_delta_inputs(s, seq_len)
     else:
-        extra = [log_gate]
-    leaves = [x.requires_grad_() for x in (q, k, v, *extra)]
+        inputs = gla_inputs(s, seq_len, per_dim=kernel == "gla")
 
     def step(attend: Callable) -> None:
-        attend(*leaves, mode="chunk", chunk_size=64).square().sum().backward()
+        fwd_bwd(partial(attend, mode="chunk", chunk_size=s.chunk_size), inputs)()
 
     return step
 

@@ -129,19 +129,29 @@ def log_gates(s: Settings, T: int, g: torch.Generator, per_dim: bool) -> torch.T
     return F.logsigmoid(torch.randn(*shape, generator=g) + 3)
 
 
-def gla_call(s: Settings, mode: str, T: int, per_dim: bool) -> Call:
-    """gated_linear_attention in `mode`, a gate per key dimension (GLA) or per head (Mamba-2)."""
+def gla_inputs(s: Settings, T: int, per_dim: bool) -> list[torch.Tensor]:
+    """q, k, v and the log-gates of `gated_linear_attention`, as leaves drawn for length T."""
     g = torch.Generator().manual_seed(T)
     q, k, v = (torch.randn(s.batch, s.heads, T, s.head_dim, generator=g) for _ in range(3))
+    return leaves(q, k, v, log_gates(s, T, g, per_dim), device=s.device)
+
+
+def gated_delta_inputs(s: Settings, T: int) -> list[torch.Tensor]:
+    """q, k, v, beta and the per-head log-gates of `gated_delta_rule`, as leaves."""
+    g = torch.Generator().manual_seed(T)
+    inputs = [*delta_inputs(s, T, g), log_gates(s, T, g, per_dim=False)]
+    return leaves(*inputs, device=s.device)
+
+
+def gla_call(s: Settings, mode: str, T: int, per_dim: bool) -> Call:
+    """gated_linear_attention in `mode`, a gate per key dimension (GLA) or per head (Mamba-2)."""
     attend = partial(gated_linear_attention, mode=mode, chunk_size=s.chunk_size)
-    return fwd_bwd(attend, leaves(q, k, v, log_gates(s, T, g, per_dim), device=s.device))
+    return fwd_bwd(attend, gla_inputs(s, T, per_dim))
 
 
 def gated_delta_call(s: Settings, mode: str, T: int) -> Call:
-    g = torch.Generator().manual_seed(T)
-    inputs = [*delta_inputs(s, T, g), log_gates(s, T, g, per_dim=False)]
     attend = partial(gated_delta_rule, mode=mode, chunk_size=s.chunk_size)
-    return fwd_bwd(attend, leaves(*inputs, device=s.device))
+    return fwd_bwd(attend, gated_delta_inputs(s, T))
 
 
 def kernel_forms(s: Settings) -> list[Form]:

@@ -387,13 +387,17 @@ def finish(
     subtitle: str = "",
     x: str | None = None,
 ) -> None:
-    """Title and budget, one legend outside the panels, and the points that have no place on
-    the x axis."""
+    """Title and budget, one legend outside the panels (below a single panel, beside several),
+    and the points that have no place on the x axis."""
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
     handles = legend_handles(points, x)
     if train_length:
         handles.append(legend_entry("training length", linestyle=":"))
-    fig.legend(handles=handles, loc="outside right center", fontsize=8)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    if len(panels) == 1:  # beside one panel, the legend would take most of its width
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8)
+    else:
+        fig.legend(handles=handles, loc="outside right center", fontsize=8)
     if unplaced:
         lines = [f"{p.model} {describe(p.params)}: {p.note}" for p in unplaced[:6]]
         more = f" (+{len(unplaced) - 6} more)" if len(unplaced) > 6 else ""

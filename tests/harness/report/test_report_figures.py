@@ -116,6 +116,15 @@ def test_two_co_varying_axes_make_one_figure_the_swept_one(tmp_path: Path) -> No
     assert {"acc_vs_seq_len", "acc_vs_state"} == set(figures_of(sweep))
 
 
+def test_one_panel_keeps_the_width_its_legend_goes_below(tmp_path: Path) -> None:
+    figure = figures_of(retrieval_gap(tmp_path / "sweep"))["acc_vs_num_kv_pairs"]
+    renderer = figure.canvas.get_renderer()
+    panel = figure.axes[0].get_window_extent(renderer)
+    legend = figure.legends[0].get_window_extent(renderer)
+    assert legend.y1 <= panel.y0  # under the panel (and its tick notes), not beside it
+    assert panel.width > 0.7 * figure.bbox.width
+
+
 def extended(folder: Path) -> Path:
     """retrieval_gap's `extended/`: 32 and 64 pairs at 3,000 steps, then softmax at 64 pairs
     again with `trainer.max_steps=8000` in a command of its own."""

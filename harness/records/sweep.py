@@ -23,6 +23,7 @@ from models.stack import HYBRID, layers_text
 
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"
+DESCRIBING = ".sweep.lock"
 NOT_PARAMETERS = (
     "task",
     "model",
@@ -150,16 +151,19 @@ def load_sweep(path: str | Path) -> pd.DataFrame:
 def describe_sweep(sweep: Path, description: dict) -> None:
     """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project, the
     sweep's id) and reset the progress counter; called once when the sweep starts. A folder
-    swept again (to resume, or to add jobs under another `hydra.sweep.subdir`) keeps its id,
-    every command and all swept keys."""
+    swept again (to resume, or to add jobs under another `hydra.sweep.subdir`, also by sweeps
+    started at the same time) keeps its id, every command and all swept keys."""
     sweep.mkdir(parents=True, exist_ok=True)
-    earlier = sweep_description(sweep)
-    description["id"] = earlier.get("id") or new_sweep_id(sweep)
-    commands = [*earlier.get("commands", []), description["command"]]
-    description["commands"] = list(dict.fromkeys(commands))
-    description["swept"] = list(dict.fromkeys([*earlier.get("swept", []), *description["swept"]]))
-    write_atomic(sweep / DESCRIPTION, json.dumps(description, indent=2) + "\n")
-    (sweep / PROGRESS).write_text("")
+    with open(sweep / DESCRIBING, "a") as lock:  # sweeps started at once into one folder
+        fcntl.flock(lock, fcntl.LOCK_EX)  # each add their command, none overwrites another's
+        earlier = sweep_description(sweep)
+        description["id"] = earlier.get("id") or new_sweep_id(sweep)
+        commands = [*earlier.get("commands", []), description["command"]]
+        description["commands"] = list(dict.fromkeys(commands))
+        swept = [*earlier.get("swept", []), *description["swept"]]
+        description["swept"] = list(dict.fromkeys(swept))
+        write_atomic(sweep / DESCRIPTION, json.dumps(description, indent=2) + "\n")
+        (sweep / PROGRESS).write_text("")
 
 
 def new_sweep_id(sweep: Path) -> str:

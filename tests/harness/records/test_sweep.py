@@ -3,11 +3,13 @@ cost only themselves, the report renders, and jobs scale out through Hydra launc
 
 import json
 import subprocess
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from harness.records.summary import read_summary
+from harness.records.sweep import describe_sweep
 from harness.report import report
 from tests.conftest import SMOKE, run_cli
 
@@ -76,3 +78,14 @@ def test_launchers_run_jobs_in_parallel_processes(tmp_path: Path, launcher: str)
     assert sorted(r["model"] for r in records) == ["linear", "softmax"]
     assert all(r["status"] == "ok" for r in records)
     assert len({json.dumps(r["config_hash"]) for r in records}) == 2
+
+
+def describe(sweep: str, number: int) -> None:
+    describe_sweep(Path(sweep), {"command": f"python run.py -m seed={number}", "swept": ["seed"]})
+
+
+def test_sweeps_started_at_once_into_one_folder_keep_every_command(tmp_path: Path) -> None:
+    with ProcessPoolExecutor(8) as pool:
+        list(pool.map(describe, [str(tmp_path)] * 32, range(32)))
+    commands = json.loads((tmp_path / "sweep.json").read_text())["commands"]
+    assert sorted(commands) == sorted(f"python run.py -m seed={n}" for n in range(32))

@@ -4,6 +4,7 @@ binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`),
 readouts read at the report's threshold (`harness.report.reread`). A hollow marker is a seed
 that had not converged (`style.HOLLOW`), as in every figure."""
 
+import textwrap
 from collections import defaultdict
 from statistics import stdev
 
@@ -104,7 +105,8 @@ def load_figure(
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
-    fig.suptitle(f"{title}\n{budget(rows, load, threshold)}", fontsize=11)
+    subtitle = textwrap.fill(budget(rows, load, threshold), width=int(fig.get_figwidth() * 13))
+    fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
     fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=2, fontsize=8)
     return fig
 

@@ -156,3 +156,13 @@ def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay
     assert ys.max() - ys.min() >= 2 * spread - 1e-9
     hollow = [line for line in ax.lines if line.get_markerfacecolor() == "white"]
     assert len(hollow) == 1 and len(hollow[0].get_xdata()) == len(LOADS)
+
+
+def test_a_long_subtitle_is_wrapped_so_the_panel_keeps_the_width() -> None:
+    mixture = "(num_kv_pairs, seq_len) = " + ", ".join(f"({k}, {4 * k}) x1" for k in LOADS)
+    rows = [{**run("linear", LINEAR, "capacity_limited", 8.0), "task.mixture": mixture}]
+    fig = load_figure([point("linear", LINEAR)], [], rows)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert fig._suptitle.get_window_extent(renderer).width <= fig.bbox.width
+    assert fig.axes[0].get_window_extent(renderer).width > 0.6 * fig.bbox.width

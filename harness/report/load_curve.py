@@ -147,16 +147,11 @@ def draw_curve(
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
     handles[label] = legend_entry(label, marker=marker(point.model), **style)
+    curves = [accuracy_by_load(seed, load) for seed in seeds]
     many = len(seeds) > 3
-    if many:  # the seeds' spread as a band of one sample std around the mean
-        curves = [accuracy_by_load(seed, load) for seed in seeds]
-        values = [[c[n] for c in curves if n in c] for n in loads]
-        spread = [stdev(v) if len(v) > 1 else 0.0 for v in values]
-        low = [mean[n] - d for n, d in zip(loads, spread, strict=True)]
-        high = [mean[n] + d for n, d in zip(loads, spread, strict=True)]
-        ax.fill_between(loads, low, high, color=style["color"], alpha=0.15, linewidth=0)
-    for seed in seeds:
-        curve = accuracy_by_load(seed, load)
+    if many:
+        draw_spread(ax, mean, curves, style["color"])
+    for seed, curve in zip(seeds, curves, strict=True):
         hollow = seed.get("capacity.training") not in (None, CONVERGED)
         if many and not hollow:
             continue  # beyond three seeds only the ones that had not converged are marked
@@ -171,6 +166,17 @@ def draw_curve(
             alpha=0.8,
             zorder=line.get_zorder() + 0.1,
         )
+
+
+def draw_spread(ax, mean: dict[int, float], curves: list[dict[int, float]], color) -> None:
+    """The seeds' spread as a band of one sample std around their mean, at every load."""
+    loads = sorted(mean)
+    spread = [
+        stdev(v) if len(v) > 1 else 0.0 for v in ([c[n] for c in curves if n in c] for n in loads)
+    ]
+    low = [mean[n] - d for n, d in zip(loads, spread, strict=True)]
+    high = [mean[n] + d for n, d in zip(loads, spread, strict=True)]
+    ax.fill_between(loads, low, high, color=color, alpha=0.15, linewidth=0)
 
 
 def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:

@@ -28,7 +28,7 @@ from harness.records.failures import interruptible, is_interruption, outcome
 from harness.records.record import new_record, state_record, write_record
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
 from harness.records.summary import append_summary, read_summary
-from harness.records.sweep import count_finished_job, finished_now, sweep_description, swept_values
+from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
 from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
 from harness.training.build import Parts, build, check_run, resolved_model_params
 from harness.training.checkpoint import (
@@ -310,9 +310,7 @@ def finish(job: Job, record: dict, logger: Logger | None) -> None:
 def announce(job: Job, record: dict, note: str = "") -> None:
     """Print the job's closing line; in a sweep prefixed by `[finished/jobs]`."""
     description = sweep_description(job.sweep)
-    position = None
-    if job.sweep is not None:
-        position = f"{count_finished_job(job.sweep)}/{description.get('jobs') or '?'}"
+    position = job_position(job.sweep) if job.sweep is not None else None
     values = {"task.seq_len": record.get("seq_len")}
     values.update(swept_values(record, description.get("swept")))
     line = job_line(record, values, position)

@@ -9,6 +9,7 @@ written when the sweep starts, with the sweep's id) and its progress counter.
 import fcntl
 import hashlib
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from harness.records.summary import read_summary
 from models.stack import HYBRID, layers_text
 
 DESCRIPTION = "sweep.json"
-PROGRESS = ".progress"
+PROGRESS = ".progress"  # one counter per launch: .progress-<pid of the launching process>
 DESCRIBING = ".sweep.lock"
 NOT_PARAMETERS = (
     "task",
@@ -150,9 +151,10 @@ def load_sweep(path: str | Path) -> pd.DataFrame:
 
 def describe_sweep(sweep: Path, description: dict) -> None:
     """Write `sweep.json` (command, number of jobs, swept keys, preset, W&B project, the
-    sweep's id) and reset the progress counter; called once when the sweep starts. A folder
-    swept again (to resume, or to add jobs under another `hydra.sweep.subdir`, also by sweeps
-    started at the same time) keeps its id, every command and all swept keys."""
+    sweep's id, each launch's number of jobs) and start this launch's progress counter; called
+    once by the process that starts the sweep. A folder swept again (to resume, or to add jobs
+    under another `hydra.sweep.subdir`, also by sweeps started at the same time) keeps its id,
+    every command and all swept keys, and each launch counts its own jobs."""
     sweep.mkdir(parents=True, exist_ok=True)
     with open(sweep / DESCRIBING, "a") as lock:  # sweeps started at once into one folder
         fcntl.flock(lock, fcntl.LOCK_EX)  # each add their command, none overwrites another's
@@ -162,8 +164,20 @@ def describe_sweep(sweep: Path, description: dict) -> None:
         description["commands"] = list(dict.fromkeys(commands))
         swept = [*earlier.get("swept", []), *description["swept"]]
         description["swept"] = list(dict.fromkeys(swept))
+        launch = str(os.getpid())
+        description["launches"] = {**earlier.get("launches", {}), launch: description.get("jobs")}
         write_atomic(sweep / DESCRIPTION, json.dumps(description, indent=2) + "\n")
-        (sweep / PROGRESS).write_text("")
+        progress_file(sweep, launch).write_text("")
+
+
+def end_launch(sweep: Path) -> None:
+    """Remove the progress counter of the launch this process started."""
+    progress_file(sweep, str(os.getpid())).unlink(missing_ok=True)
+
+
+def progress_file(sweep: Path, launch: str | None) -> Path:
+    """The launch's counter of finished jobs (the folder's own for a job of no known launch)."""
+    return Path(sweep) / (f"{PROGRESS}-{launch}" if launch else PROGRESS)
 
 
 def new_sweep_id(sweep: Path) -> str:
@@ -191,10 +205,23 @@ def sweep_description(sweep: Path | None) -> dict:
         return {}
 
 
-def count_finished_job(sweep: Path) -> int:
-    """Count one more finished job of this sweep and return how many have finished (jobs in
-    parallel processes share the counter: a file grown by one byte under a lock)."""
-    with open(Path(sweep) / PROGRESS, "a") as handle:
+def job_position(sweep: Path) -> str:
+    """`finished/jobs` of this job's launch, after counting this job as finished. A job runs in
+    the process that launched its sweep (Hydra's local launcher) or in a child of it (joblib's
+    workers), so the launch is found by process id; sweeps launched into one folder at the
+    same time keep apart counts. A job of no known launch (a cluster launcher) counts in the
+    folder's own counter against the description's number of jobs."""
+    description = sweep_description(sweep)
+    launches = description.get("launches") or {}
+    launch = next((p for p in (str(os.getpid()), str(os.getppid())) if p in launches), None)
+    jobs = launches[launch] if launch else description.get("jobs")
+    return f"{count_finished_job(progress_file(sweep, launch))}/{jobs or '?'}"
+
+
+def count_finished_job(counter: Path) -> int:
+    """Count one more finished job and return how many have finished (jobs in parallel
+    processes share the counter: a file grown by one byte under a lock)."""
+    with open(counter, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             handle.write(".")

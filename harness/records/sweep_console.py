@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.compose import CONF_DIR
 from harness.records.failures import LAST_SWEEP, NEW_RUN_DIRS
 from harness.records.schema import status_of, tally
-from harness.records.sweep import describe_sweep, records_of
+from harness.records.sweep import describe_sweep, end_launch, records_of
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
@@ -73,6 +73,7 @@ class SweepConsole(Callback):
 
     def on_multirun_end(self, config: DictConfig, **_: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
+        end_launch(sweep)
         statuses = Counter(status_of(r) for r in records_of(sweep))
         LAST_SWEEP.update(statuses)
         print(f"{tally(statuses)} -> python -m harness.report {sweep}", flush=True)

@@ -2,14 +2,16 @@
 cost only themselves, the report renders, and jobs scale out through Hydra launchers."""
 
 import json
+import multiprocessing
 import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from threading import Barrier
 
 import pytest
 
 from harness.records.summary import read_summary
-from harness.records.sweep import describe_sweep
+from harness.records.sweep import describe_sweep, job_position
 from harness.report import report
 from tests.conftest import SMOKE, run_cli
 
@@ -89,3 +91,25 @@ def test_sweeps_started_at_once_into_one_folder_keep_every_command(tmp_path: Pat
         list(pool.map(describe, [str(tmp_path)] * 32, range(32)))
     commands = json.loads((tmp_path / "sweep.json").read_text())["commands"]
     assert sorted(commands) == sorted(f"python run.py -m seed={n}" for n in range(32))
+
+
+def launch_one_job(sweep: str, everyone_started: Barrier) -> str:
+    """A sweep of one job launched into `sweep`, its job run in the launching process and
+    finished only once every other launch has started."""
+    describe_sweep(Path(sweep), {"command": "python run.py -m", "jobs": 1, "swept": ["seed"]})
+    everyone_started.wait(timeout=60)
+    return job_position(Path(sweep))
+
+
+def test_sweeps_launched_into_one_folder_at_once_count_their_own_jobs(tmp_path: Path) -> None:
+    with multiprocessing.Manager() as manager, ProcessPoolExecutor(4) as pool:
+        barrier = manager.Barrier(4)
+        positions = list(pool.map(launch_one_job, [str(tmp_path)] * 4, [barrier] * 4))
+    assert positions == ["1/1"] * 4  # a counter shared by the folder read [2/1], [3/1], ...
+
+
+def test_jobs_in_worker_processes_count_in_their_launcher_s_counter(tmp_path: Path) -> None:
+    describe_sweep(tmp_path, {"command": "python run.py -m", "jobs": 3, "swept": ["seed"]})
+    with ProcessPoolExecutor(3) as pool:  # as joblib's workers: children of the launcher
+        positions = sorted(pool.map(job_position, [tmp_path] * 3))
+    assert positions == ["1/3", "2/3", "3/3"]

@@ -90,12 +90,13 @@ class Block(nn.Module):
     def state_record(self, seq_len: int) -> dict:
         """This layer's state at seq_len: its mixer, floats (all, the mixer's own without any
         convolution window, the windows'), rank bound (docs/background.md, section 17),
-        whether it grows with the length, and the mixer's state knob with its value."""
+        whether it grows with the length, and the mixer's state knob with its value; for a
+        mixer with a value knob (`Mixer.value_knob`) also `value_dim`, d_v per head."""
         mixer = self.mixer
         conv = self.shared_conv_state_size() + mixer.conv_state_size()
         floats = self.state_size(seq_len)
         knob = getattr(mixer, "state_knob", None)
-        return {
+        record = {
             "mixer": mixer.registry_name,
             "floats": floats,
             "mixer_floats": mixer.state_size(seq_len) - mixer.conv_state_size(),
@@ -104,6 +105,10 @@ class Block(nn.Module):
             "grows_with_seq_len": self.state_size(2 * seq_len) > floats,
             "knob": None if knob is None else {"name": knob, "value": getattr(mixer, knob)},
         }
+        value_knob = getattr(mixer, "value_knob", None)
+        if value_knob is not None:
+            record["value_dim"] = getattr(mixer, value_knob)
+        return record
 
 
 def build_layer(layer: Layer, d_model: int) -> nn.Module:

@@ -34,6 +34,10 @@ class Mixer(nn.Module):
     """The constructor parameter that sets the key dimension per head, the knob that moves
     `rank_bound` (docs/background.md, section 17); the mixer holds its resolved value under
     the same attribute name. None: the mixer has no such knob."""
+    value_knob: str | None = None
+    """The constructor parameter that sets the value dimension per head d_v: it moves
+    `state_size` and leaves `rank_bound` as it is (docs/background.md, section 17); the mixer
+    holds its resolved value under the same attribute name. None: no such knob."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

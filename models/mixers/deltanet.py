@@ -1,6 +1,8 @@
 """DeltaNet: linear attention whose state is corrected, not only added to (the delta rule),
 built as fla's `fla/layers/delta_net.py` (docs/background.md, sections 8 and 16)."""
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,10 +17,15 @@ from models.registry import register
 
 
 def head_dims(
-    d_model: int, n_heads: int, head_k_dim: int | None, expand_v: float
+    d_model: int,
+    n_heads: int,
+    head_k_dim: int | None,
+    expand_v: float,
+    head_v_dim: int | None = None,
 ) -> tuple[int, int]:
-    """(key dim, value dim) per head: `head_k_dim` (None = d_model / n_heads) and
-    expand_v * d_model / n_heads, each checked (one-line `ValueError` naming the parameter)."""
+    """(key dim, value dim) per head: `head_k_dim` (None = d_model / n_heads) and `head_v_dim`
+    (None = expand_v * d_model / n_heads), each checked (one-line `ValueError` naming the
+    parameter)."""
     require_int("d_model", d_model, 1)
     require_int("n_heads", n_heads, 1)
     require(d_model % n_heads == 0, "n_heads", n_heads, f"a divisor of d_model={d_model}")
@@ -32,12 +39,15 @@ def head_dims(
         expand_v,
         f"a number > 0 whose product with d_model / n_heads = {base} is an integer",
     )
+    if head_v_dim is not None:
+        require_int("head_v_dim", head_v_dim, 1)
+        return dk, head_v_dim
     return dk, int(dv)
 
 
 @register("deltanet")
 class DeltaNet(KeyValueStateMixer):
-    """Per head, with d_k = `head_k_dim` and d_v = expand_v * d_model / n_heads:
+    """Per head, with d_k = `head_k_dim` and d_v = `head_v_dim` (expand_v * d_model / n_heads):
 
         q_t, k_t, v_t = SiLU(conv_4(W_{q,k,v} x_t))          (a causal depthwise conv each)
         q_t <- q_t / (|q_t| sqrt(d_k)),   k_t <- k_t / |k_t|,   beta_t = sigmoid(w_beta^T x_t)
@@ -56,16 +66,21 @@ class DeltaNet(KeyValueStateMixer):
     `use_gate=False`). Zoology's MQAR configs run 2 heads (head dim 32 at d_model 64).
 
     `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
-    (docs/background.md, section 17), with heads and d_v fixed. Deliberate differences from
-    fla: d_v is set from d_model / n_heads, not from the key dim, so the knob moves the key
-    dimension alone; `conv_size=0` (an ablation) drops the mixer's convolution, keeps the
-    SiLU (fla's `use_short_conv=False`) and hands the block's shared convolution back.
+    (docs/background.md, section 17), with heads and d_v fixed. `head_v_dim` (None =
+    expand_v * d_model / n_heads) is the value knob (`value_knob`): it moves the floats,
+    H d_k d_v, at a fixed rank bound; set it and leave `expand_v` at its default (the two are
+    one setting; a different expand_v beside it is refused). Deliberate differences from
+    fla: d_v is set from d_model / n_heads (or `head_v_dim`), not from the key dim, so the
+    key knob moves the key dimension alone; `conv_size=0` (an ablation) drops the mixer's
+    convolution, keeps the SiLU (fla's `use_short_conv=False`) and hands the block's shared
+    convolution back.
     State per layer: H d_k d_v floats, plus the convolution's window of
     (conv_size - 1) (2 H d_k + H d_v) floats (conv state, `conv_state_size`).
     Normalisation, beta and the delta rule run in float32 (`models.precision`; the chunk
     form's triangular solve has no bf16 kernel on CPU)."""
 
     state_knob = "head_k_dim"
+    value_knob = "head_v_dim"
 
     def __init__(
         self,
@@ -73,12 +88,22 @@ class DeltaNet(KeyValueStateMixer):
         n_heads: int = 2,
         head_k_dim: int | None = None,
         expand_v: float = 1.0,
+        head_v_dim: int | None = None,
         conv_size: int = 4,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
         super().__init__()
-        self.head_k_dim, self.head_v_dim = head_dims(d_model, n_heads, head_k_dim, expand_v)
+        default = inspect.signature(type(self)).parameters["expand_v"].default
+        require(
+            head_v_dim is None or expand_v == default,
+            "expand_v",
+            expand_v,
+            f"{default} (its default) when head_v_dim={head_v_dim} sets the value dim",
+        )
+        self.head_k_dim, self.head_v_dim = head_dims(
+            d_model, n_heads, head_k_dim, expand_v, head_v_dim
+        )
         require_int("conv_size", conv_size, 0)
         check_mode(mode, chunk_size)
         self.d_model, self.n_heads = d_model, n_heads

@@ -29,10 +29,12 @@ class GatedDeltaNet(DeltaNet):
     the whole state at once when a_t -> 0, which the delta rule alone can do only one key
     direction per token. With a_t = 1 this is DeltaNet's update.
 
-    `head_k_dim` is the state knob (`state_knob`, rank_bound H d_k). Deliberate differences
-    from fla: d_v is expand_v * d_model / n_heads rather than expand_v * d_k, so that the knob
-    moves the key dimension alone (at the default d_k = d_model / n_heads the two agree); no
-    grouped value heads (`num_v_heads`); `conv_size=0` as in DeltaNet. State per layer:
+    `head_k_dim` is the state knob (`state_knob`, rank_bound H d_k); `head_v_dim` (None =
+    expand_v * d_model / n_heads) is the value knob (`value_knob`), as in DeltaNet: it moves
+    the floats at a fixed rank bound. Deliberate differences from fla: d_v is
+    expand_v * d_model / n_heads rather than expand_v * d_k, so that the key knob moves the
+    key dimension alone (at the default d_k = d_model / n_heads the two agree); no grouped
+    value heads (`num_v_heads`); `conv_size=0` as in DeltaNet. State per layer:
     H d_k d_v floats plus the convolution's window of (conv_size - 1) (2 H d_k + H d_v)
     floats (conv state). Gates and the delta rule run in float32 (`models.precision`)."""
 
@@ -42,11 +44,21 @@ class GatedDeltaNet(DeltaNet):
         n_heads: int = 2,
         head_k_dim: int | None = None,
         expand_v: float = 2.0,
+        head_v_dim: int | None = None,
         conv_size: int = 4,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
-        super().__init__(d_model, n_heads, head_k_dim, expand_v, conv_size, mode, chunk_size)
+        super().__init__(
+            d_model,
+            n_heads,
+            head_k_dim,
+            expand_v,
+            head_v_dim=head_v_dim,
+            conv_size=conv_size,
+            mode=mode,
+            chunk_size=chunk_size,
+        )
         self.forget_input = nn.Linear(d_model, n_heads, bias=False)
         self.forget_gate = MambaGate(n_heads, A_low=0.0)
         self.output_gate = nn.Linear(d_model, self.value_width, bias=False)

@@ -39,7 +39,8 @@ class KernelAttention(MultiHeadMixer):
 
     `qk_dim` (None = head_dim): q and k are projected to this many dimensions per head before
     phi (Based projects them to 16, so its Taylor map holds 1 + 16 + 16^2 = 273 features);
-    v keeps head_dim. The Taylor map is applied inside `taylor_linear_attention`, which never
+    `head_v_dim` (None = head_dim): v is projected to this many, d_v, and the output
+    projection reads H d_v. The Taylor map is applied inside `taylor_linear_attention`, which never
     builds the D features within a chunk.
     `redraw_every` > 0 redraws random features every that many training forward passes."""
 
@@ -55,18 +56,25 @@ class KernelAttention(MultiHeadMixer):
         chunk_size: int = 64,
         redraw_every: int = 0,
         collapse_fraction: float = 1.0,
+        head_v_dim: int | None = None,
         **feature_kw: object,
     ) -> None:
         super().__init__(d_model, n_heads)
         check_mode(mode, chunk_size)
         require_int("redraw_every", redraw_every, 0)
-        self.qk_dim = self.head_dim if qk_dim is None else qk_dim
-        self.separate_qk = qk_dim is not None
-        if self.separate_qk:
+        if qk_dim is not None:
             require_int("qk_dim", qk_dim, 1)
-            del self.qkv  # q, k of qk_dim and v of head_dim per head
-            self.qk = nn.Linear(d_model, 2 * n_heads * qk_dim, bias=False)
-            self.value = nn.Linear(d_model, d_model, bias=False)
+        if head_v_dim is not None:
+            require_int("head_v_dim", head_v_dim, 1)
+        self.qk_dim = self.head_dim if qk_dim is None else qk_dim
+        self.head_v_dim = self.head_dim if head_v_dim is None else head_v_dim
+        self.separate_qk = qk_dim is not None or self.head_v_dim != self.head_dim
+        if self.separate_qk:
+            del self.qkv  # q, k of qk_dim and v of head_v_dim per head
+            self.qk = nn.Linear(d_model, 2 * n_heads * self.qk_dim, bias=False)
+            self.value = nn.Linear(d_model, n_heads * self.head_v_dim, bias=False)
+        if self.head_v_dim != self.head_dim:  # the output reads H d_v, not d_model
+            self.out = nn.Linear(n_heads * self.head_v_dim, d_model, bias=False)
         self.feature_map = build_feature_map(feature_map, self.qk_dim, feature_dim, **feature_kw)
         self.taylor = isinstance(self.feature_map, TaylorFeatureMap)
         self.normalize, self.mode, self.chunk_size = normalize, mode, chunk_size
@@ -85,7 +93,7 @@ class KernelAttention(MultiHeadMixer):
         return self.feature_map.out_dim
 
     def projections(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_dim]; contiguous (the feature maps and
+        """q, k: [B, H, T, qk_dim]; v: [B, H, T, head_v_dim]; contiguous (the feature maps and
         the chunk kernel would otherwise each copy them)."""
         if not self.separate_qk:
             return self.split_heads(x)
@@ -150,7 +158,7 @@ class KernelAttention(MultiHeadMixer):
             )
 
     def state_size(self, seq_len: int) -> int:
-        return self.n_heads * (self.feature_dim * self.head_dim + self.feature_dim)
+        return self.n_heads * (self.feature_dim * self.head_v_dim + self.feature_dim)
 
     def rank_bound(self, seq_len: int) -> int:
         """H * D: S = phi(K)^T V per head has rank <= D, the feature dimension; the
@@ -160,7 +168,7 @@ class KernelAttention(MultiHeadMixer):
 
     def init_state(self, batch_size: int) -> State:
         kw = self._state_kwargs()
-        s = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_dim, **kw)
+        s = torch.zeros(batch_size, self.n_heads, self.feature_dim, self.head_v_dim, **kw)
         return s, torch.zeros(batch_size, self.n_heads, self.feature_dim, **kw)
 
     def step(self, x: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
@@ -203,9 +211,11 @@ class LinearAttention(KernelAttention):
     floats): ELU+1 then projects q, k to D, Taylor to the d with 1 + d + d^2 = D (D = 7, 21,
     73 for d = 2, 4, 8), FAVOR+ draws D features (of head_dim inputs unless qk_dim is set).
     Setting both feature_dim and qk_dim is refused where they disagree. `feature_dim` is the
-    state knob (`state_knob`: rank_bound H D)."""
+    state knob (`state_knob`: rank_bound H D). `head_v_dim` (None = d_model / n_heads) is the
+    value knob (`value_knob`): d_v moves the floats, H (D d_v + D), at the same rank bound."""
 
     state_knob = "feature_dim"
+    value_knob = "head_v_dim"
 
     def __init__(
         self,
@@ -214,6 +224,7 @@ class LinearAttention(KernelAttention):
         feature_map: str = "elu",
         feature_dim: int | None = None,
         qk_dim: int | None = None,
+        head_v_dim: int | None = None,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
@@ -229,7 +240,14 @@ class LinearAttention(KernelAttention):
             )
             qk_dim, feature_dim = implied, None
         super().__init__(
-            d_model, n_heads, feature_map, feature_dim, qk_dim, mode=mode, chunk_size=chunk_size
+            d_model,
+            n_heads,
+            feature_map,
+            feature_dim,
+            qk_dim,
+            mode=mode,
+            chunk_size=chunk_size,
+            head_v_dim=head_v_dim,
         )
 
 

@@ -5,6 +5,7 @@ from models.mixers import (  # noqa: F401
     deltanet,
     gated_deltanet,
     gla,
+    kda,
     kernel_attention,
     mamba2,
     retnet,

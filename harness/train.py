@@ -14,6 +14,7 @@ from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config.capacity_protocol import apply_protocol
 from harness.config.hashing import config_hash
 from harness.config.hydra_job import (
     experiment_name,
@@ -25,7 +26,7 @@ from harness.config.hydra_job import (
 from harness.readouts.capacity import baseline_metrics_by_load, readout_of
 from harness.readouts.convergence import standard_error
 from harness.records.failures import interruptible, is_interruption, outcome
-from harness.records.record import new_record, state_record, write_record
+from harness.records.record import config_of, new_record, state_record, write_record
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
 from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
@@ -100,6 +101,9 @@ def run(cfg: DictConfig) -> dict:
     with interruptible():
         try:
             check_run(cfg)  # before the threads are set: `threads=two` is one line
+            derived = apply_protocol(cfg)  # the capacity protocol's loads and context
+            if derived is not None:
+                record.update(protocol=derived, config=config_of(cfg))
             if job_threads(cfg):
                 torch.set_num_threads(job_threads(cfg))
             log.info("torch threads: %d", torch.get_num_threads())
@@ -109,7 +113,7 @@ def run(cfg: DictConfig) -> dict:
             logger = start_logger(cfg, job, record, resumed.run_id)
             trainer = make_trainer(cfg, job, logger, validation_floor(parts), resumed.run_id)
             fit(cfg, resumed, trainer, parts, record)
-            test(trainer, parts, record, cfg.capacity.threshold)
+            test(trainer, parts, record, cfg)
             if cfg.checkpoint.get("keep") and is_recording_rank():
                 record["weights"] = str(keep_weights(parts.model, job.run_dir))
             record["status"] = OK
@@ -195,7 +199,6 @@ def make_trainer(
         callbacks=[
             ConvergenceStop(
                 cfg.early_stop_acc,
-                cfg.plateau.patience,
                 cfg.plateau.min_delta,
                 floor,
                 num_examples=cfg.data.num_val,
@@ -249,16 +252,23 @@ def fit(
         record["metrics"].update(parts.module.val_results)
 
 
-def test(trainer: L.Trainer, parts: Parts, record: dict, threshold: float) -> None:
+def test(trainer: L.Trainer, parts: Parts, record: dict, cfg: DictConfig) -> None:
     """Test at every test length with the trainer that fitted the model; beside the model's
     accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`) and,
-    tested over a range of loads, the load curve's readout at `threshold` (`capacity`:
-    `harness.readouts.capacity`)."""
+    tested over a range of loads, the load curve's readout at `capacity.threshold`
+    (`capacity`: `harness.readouts.capacity`)."""
     trainer.test(parts.module, datamodule=parts.data, verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
     num_test = parts.data.sizes["test"]
-    record["capacity"] = readout_of(record["metrics"], threshold, record["train"], num_test)
+    record["capacity"] = readout_of(
+        record["metrics"],
+        cfg.capacity.threshold,
+        record["train"],
+        num_test,
+        cfg.plateau.min_delta,
+        cfg.data.num_val,
+    )
 
 
 def baseline_metrics(parts: Parts) -> dict[str, float]:

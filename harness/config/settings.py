@@ -82,10 +82,11 @@ def steps_or_fraction(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Plateau:
-    """No validation in the last `patience` beat the best before it by more than `min_delta`
-    (and the validation set's noise: `harness.readouts.convergence`)."""
+    """A run has converged when the last third of its training gained less than twice the
+    validation accuracy's standard error (`harness.readouts.convergence.still_rising`); it has
+    left the floor when its best validation beat the binding-free floor by more than
+    max(`min_delta`, a tenth of the way to perfect recall)."""
 
-    patience: int = setting(5, low=1)
     min_delta: float = setting(0.01, low=0)
 
 
@@ -95,6 +96,9 @@ class Capacity:
     count as held (`capacity.n90`) and to pass the limit verdict."""
 
     threshold: float = setting(0.9, above=0, high=1)
+    protocol: bool = False
+    bound_multiple: float = setting(2, low=1)
+    max_load: int | None = setting(None, low=1, none="derived from the rank bound")
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,18 @@ whatever t is, and `level_name` gives the label) and `n50`:
   `harness.readouts.convergence.left_floor`, and more than the noise):
     - `not_limited`: a_j >= t and every tested load from j up holds t; n(t) is right-censored
       at the largest tested load ("holds every tested load, up to 16");
-    - `capacity_limited`: a_j >= t and some larger load falls below t (n(t) read between two
-      tested loads); or a_j < t in a run that learned to bind and converged: its state ran out
-      of room below j, so n(t) < j, a left-censored readout;
-    - `training_limited`: a_j < t in a run at the floor (`at_floor`, whatever its validation
-      curve did) or still rising (`still_rising`): its readouts say nothing about the state.
+    - `capacity_limited`: a converged run with a_j >= t in which some larger load falls below
+      t (n(t) read between two tested loads); or a_j < t in a run that learned to bind and
+      converged: its state ran out of room below j, so n(t) < j, a left-censored readout;
+    - `training_limited`: a run at the floor (`at_floor`, whatever its validation curve did),
+      or a run still rising (`still_rising`) that does not hold every tested load: its
+      readout is a lower bound, since more steps can only raise it. A still-rising run is never
+      `capacity_limited`.
 
-Each readout carries its censoring: `left` (n < the bound), `right` (n >= the bound: the
-largest tested load, or the readout of a run still rising, which more steps can only raise)
-or None (read between two tested loads). The readouts' sampling error is
+Each readout carries its censoring: `left` (n < the bound), `right` (n >= the bound: a
+readout within a quarter of the largest tested load, `CEILING`, where the task and not the
+state may hold it down; or the readout of a run still rising, which more steps can only raise)
+or None (read between two tested loads, below the ceiling). The readouts' sampling error is
 `harness.readouts.readout_error`."""
 
 import math
@@ -44,14 +47,20 @@ FALLS_WITHIN = "falls_within_tested_loads"
 BELOW_JUDGING_LOAD = "below_judging_load"
 AT_FLOOR = "at_floor"
 STILL_RISING = "still_rising"
+RISING_PAST_JUDGING_LOAD = "still_rising_lower_bound"
 WHY = {
     HOLDS_EVERY_LOAD: "holds every tested load",
     FALLS_WITHIN: "falls below the threshold within the tested loads",
     BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
     AT_FLOOR: "at the binding-free floor at the judging load",
     STILL_RISING: "still rising, below the threshold at the judging load",
+    RISING_PAST_JUDGING_LOAD: "still rising: its readout is a lower bound, not a limit",
 }
 """The reason behind each verdict, as the report writes it."""
+
+CEILING = 0.75
+"""A readout at or above this fraction of the largest tested load is censored at the ceiling:
+within a quarter of it, the next tested loads are too few to read the fall."""
 
 LEFT, RIGHT = "left", "right"
 """A censored readout: n < its value (left) or n >= its value (right)."""
@@ -180,6 +189,8 @@ def judged(
     if acc >= threshold:  # NaN (no answers at that load) counts as below
         if all(a >= threshold for n, a in curve.items() if n >= j):
             return NOT_LIMITED, HOLDS_EVERY_LOAD
+        if training == STILL_RISING:
+            return TRAINING_LIMITED, RISING_PAST_JUDGING_LOAD
         return CAPACITY_LIMITED, FALLS_WITHIN
     se = sampling_error(acc, (examples or {}).get(j))
     if math.isnan(acc) or not bound(acc, floors[j], se) or training == AT_FLOOR:
@@ -206,13 +217,13 @@ def censoring(
 ) -> tuple[float | None, str | None]:
     """(readout, censoring) of an n(t) read as `value`: left-censored at the judging load `at`
     where it lies below it (or no load reached the level: there is nothing to read below `at`,
-    where a guess passes), right-censored at the largest tested load, or where the run is
-    still rising (`rising`: more steps can only raise it)."""
+    where a guess passes), right-censored within a quarter of the largest tested load
+    (`CEILING`), or where the run is still rising (`rising`: more steps can only raise it)."""
     if at is not None and (value is None or value < at):
         return float(at), LEFT
     if value is None:
         return None, None
-    if value >= largest or rising:
+    if value >= CEILING * largest or rising:
         return value, RIGHT
     return value, None
 
@@ -233,7 +244,7 @@ def readout(
     at = judging_load({n: f for n, f in floors.items() if n in curve})
     found = judged(curve, floors, threshold, training, examples)
     verdict_, why = found if found else (None, None)
-    rising = training == STILL_RISING and verdict_ != TRAINING_LIMITED
+    rising = training == STILL_RISING
     out: dict[str, Any] = {"verdict": verdict_, "why": why, "threshold": threshold}
     out.update(judged_at=at, training=training)
     for name, level in (("n90", threshold), ("n50", 0.5)):
@@ -261,17 +272,18 @@ def readout_of(
     train: Mapping[str, Any] | None = None,
     num_test: float | None = None,
     min_delta: float = 0.01,
+    num_val: int | None = None,
 ) -> dict | None:
     """`readout` of a record's per-load metrics at `threshold`, with the `load` it was read
     over; `train` (the record's `train`: `converged`, `val_curve`, `floor`) gives the training
-    state (`harness.readouts.convergence.training_state`, with `min_delta`), `num_test` the
-    test examples (`examples_by_load`). None when the run was not tested on more than one
-    load."""
+    state (`harness.readouts.convergence.training_state`, with `min_delta` and the `num_val`
+    validation examples), `num_test` the test examples (`examples_by_load`). None when the run
+    was not tested on more than one load."""
     load = load_of(metrics)
     curve = accuracy_by_load(metrics, load) if load else {}
     if len(curve) < 2:
         return None
-    training = training_state(train, min_delta) if train else None
+    training = training_state(dict(train), min_delta, num_val) if train else None
     floors = floors_by_load(metrics, load)
     examples = examples_by_load(curve, num_test)
     return {"load": load, **readout(curve, floors, threshold, training, examples)}

@@ -31,35 +31,44 @@ NOISE_SIGMAS = 2.0
 """A gain must exceed this many standard errors of the validation accuracy to count."""
 
 
+LAST_PART = 1 / 3
+"""The part of training whose gain judges convergence: the last third of the steps."""
+
+
 def required_gain(best: float, min_delta: float, num_examples: int | None) -> float:
-    """The gain a validation must make over the `best` before it to count as rising:
-    max(min_delta, 2 SE(best)), SE from `standard_error` (with `num_examples` None, min_delta
-    alone). At 500 examples and acc 0.86 the noise term is 0.031, above the default 0.01."""
+    """The gain the last part of training must make over the `best` before it to count as
+    rising: 2 SE(best) (`standard_error`), the validation set's noise; with `num_examples`
+    None, `min_delta` stands in for it. At 500 examples and acc 0.86 it is 0.031."""
     if num_examples is None:
         return min_delta
-    return max(min_delta, NOISE_SIGMAS * standard_error(best, num_examples))
+    return NOISE_SIGMAS * standard_error(best, num_examples)
 
 
-def still_rising(
-    curve: Curve, patience: int, min_delta: float, num_examples: int | None = None
-) -> bool:
-    """Validation accuracy is still rising at the end of `curve`:
+def last_part(curve: Curve) -> tuple[list[float], list[float]]:
+    """(the accuracies before, those within) the last `LAST_PART` of the curve's steps:
+    validations at steps above (1 - 1/3) x the final step are within."""
+    cut = (1 - LAST_PART) * curve[-1][0]
+    return [a for s, a in curve if s <= cut], [a for s, a in curve if s > cut]
 
-        max(last `patience` accuracies) > best + required_gain(best, min_delta, n),
 
-    best = max(all earlier accuracies): one of the last `patience` validations improved on
-    everything before it by more than `min_delta` and by more than the noise of a validation
-    set of `num_examples` examples (`required_gain`). A curve of at most `patience` points
-    has no "before" and counts as rising (too short to judge). Its negation is a plateau:
-    `patience` validations in a row without such a gain. A plateau is not a proof of
-    convergence: a model that learns in a sudden jump (softmax forming its induction circuit)
-    can sit on one first; `patience` x the validation interval is the wait this verdict
-    allows for such a jump."""
-    if len(curve) <= patience:
+def still_rising(curve: Curve, min_delta: float, num_examples: int | None = None) -> bool:
+    """Validation accuracy still rose over the last third of training:
+
+        max(accuracies in the last third) > best + required_gain(best, min_delta, n),
+
+    best = max(accuracies before it): the last third of the steps gained more than twice the
+    standard error of a validation set of `num_examples` examples (`required_gain`). A curve
+    with fewer than two validations before its last third, or none within it, is too short to
+    judge and counts as rising. Its negation is convergence off the floor. It is not a proof of convergence: a model that
+    learns in a sudden jump (softmax forming its induction circuit) can sit still for a third
+    of its budget first."""
+    if not curve:
         return True
-    accuracies = [acc for _, acc in curve]
-    best = max(accuracies[:-patience])
-    return max(accuracies[-patience:]) > best + required_gain(best, min_delta, num_examples)
+    before, within = last_part(curve)
+    if len(before) < 2 or not within:
+        return True
+    best = max(before)
+    return max(within) > best + required_gain(best, min_delta, num_examples)
 
 
 FLOOR_MARGIN = 0.1
@@ -90,21 +99,21 @@ def under_floor(best: float, chance: float | None, floor: float, min_delta: floa
 
 
 def plateaued(
-    curve: Curve, floor: float, patience: int, min_delta: float, num_examples: int | None = None
+    curve: Curve, floor: float, min_delta: float, num_examples: int | None = None
 ) -> bool:
     """The curve ends on a plateau above the floor: it `left_floor` and is not
-    `still_rising`. A curve flat at the floor is no plateau: every model on a recall task
-    first sits at the floor for a number of steps nobody can predict before it jumps
-    (softmax forming its induction circuit), so a run still there is neither stopped nor,
-    when its budget ends, converged: "cannot learn" and "has not learned yet" look alike."""
-    rising = still_rising(curve, patience, min_delta, num_examples)
+    `still_rising` (its last third gained less than twice the validation noise). A curve
+    flat at the floor is no plateau: every model on a recall task first sits at the floor for
+    a number of steps nobody can predict before it jumps (softmax forming its induction
+    circuit), so a run still there is neither stopped nor, when its budget ends, converged:
+    "cannot learn" and "has not learned yet" look alike."""
+    rising = still_rising(curve, min_delta, num_examples)
     return left_floor(curve, floor, min_delta) and not rising
 
 
 def converged(
     curve: Curve,
     threshold: float | None,
-    patience: int,
     min_delta: float,
     floor: float,
     num_examples: int | None = None,
@@ -112,23 +121,28 @@ def converged(
     """`train.converged`: the threshold was reached, or the curve ends on a plateau above the
     floor (`plateaued`); false when the run ended (out of budget, or diverged) while still
     rising, or still at the floor."""
-    return reached(curve, threshold) or plateaued(curve, floor, patience, min_delta, num_examples)
+    return reached(curve, threshold) or plateaued(curve, floor, min_delta, num_examples)
 
 
 CONVERGED, STILL_RISING, AT_FLOOR = "converged", "still_rising", "at_floor"
 TRAINING_STATES = (CONVERGED, STILL_RISING, AT_FLOOR)
 
 
-def training_state(train: dict, min_delta: float = 0.01) -> str | None:
-    """How a run's training ended, from its record's `train`: `converged` (`train.converged`),
-    `at_floor` (not converged, and its validation curve never `left_floor`: flat at the
-    binding-free floor, which is not "still rising"), or `still_rising` (not converged, off the
-    floor); None when the record does not say."""
-    if train.get("converged"):
-        return CONVERGED
+def training_state(
+    train: dict, min_delta: float = 0.01, num_examples: int | None = None
+) -> str | None:
+    """How a run's training ended, judged anew from its record's `train` by one rule for every
+    run: `converged` (stopped at `early_stop_acc`, or off the floor and its last third gained
+    less than twice the validation noise of `num_examples` examples: `still_rising`),
+    `at_floor` (its validation curve never `left_floor`), or `still_rising`; a record without
+    a validation curve keeps its own `train.converged`; None when the record does not say."""
     if train.get("converged") is None:
         return None
     curve, floor = train.get("val_curve") or [], train.get("floor")
-    if floor is not None and curve and not left_floor(curve, floor, min_delta):
+    if train.get("stopped_by") == "early_stop_acc":
+        return CONVERGED
+    if not curve or floor is None:
+        return CONVERGED if train["converged"] else STILL_RISING
+    if not left_floor(curve, floor, min_delta):
         return AT_FLOOR
-    return STILL_RISING
+    return STILL_RISING if still_rising(curve, min_delta, num_examples) else CONVERGED

@@ -16,7 +16,6 @@ from models.stack import HYBRID, hybrid_label
 
 def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
     """The record of a run that has not finished yet: status `failed` until it does."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     return {
         "status": FAILED,
         "task": cfg.task.name,
@@ -32,11 +31,18 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "metrics": {},
         "train": None,
         "capacity": None,  # tested over a range of loads: harness.readouts.capacity.readout_of
+        "protocol": None,  # capacity.protocol=true: harness.config.capacity_protocol
         "wandb": None,
         "weights": None,  # the kept final weights' path with checkpoint.keep=true
         "run_dir": str(run_dir),
-        "config": {k: v for k, v in resolved.items() if k not in ("logger", "hydra")},
+        "config": config_of(cfg),
     }
+
+
+def config_of(cfg: DictConfig) -> dict:
+    """The record's `config`: the resolved config without the logger and Hydra's own."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    return {k: v for k, v in resolved.items() if k not in ("logger", "hydra")}
 
 
 def state_record(model: torch.nn.Module, seq_len: int) -> dict:

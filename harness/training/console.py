@@ -11,7 +11,14 @@ import sys
 import warnings
 from pathlib import Path
 
-from harness.readouts.capacity import NOT_LIMITED, TRAINING_LIMITED, level_name, shown
+from harness.readouts.capacity import (
+    NOT_LIMITED,
+    RISING_PAST_JUDGING_LOAD,
+    TRAINING_LIMITED,
+    WHY,
+    level_name,
+    shown,
+)
 from harness.readouts.convergence import left_floor, under_floor
 from harness.records.record import model_label
 from harness.records.schema import OK, status_of
@@ -156,7 +163,9 @@ def capacity_text(capacity: dict | None) -> str:
     name = level_name(capacity.get("threshold") or 0.9)
     n90, n50 = shown(capacity, "n90"), shown(capacity, "n50")
     text = f"{load}: {name} {n90} n50 {n50}, {capacity.get('verdict')}"
-    if capacity.get("verdict") == TRAINING_LIMITED:
+    if capacity.get("why") == RISING_PAST_JUDGING_LOAD:
+        text += f" ({WHY[RISING_PAST_JUDGING_LOAD]})"
+    elif capacity.get("verdict") == TRAINING_LIMITED:
         below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
         text += f" ({below}: not a limit)"
     elif capacity.get("verdict") == NOT_LIMITED and capacity.get("n90") is not None:

@@ -18,12 +18,11 @@ class ConvergenceStop(L.Callback):
     def __init__(
         self,
         threshold: float | None,
-        patience: int,
         min_delta: float,
         floor: float,
         num_examples: int | None = None,
     ) -> None:
-        self.threshold, self.patience, self.min_delta = threshold, patience, min_delta
+        self.threshold, self.min_delta = threshold, min_delta
         self.floor, self.num_examples = floor, num_examples
         self.curve: Curve = []
         self.stopped: str | None = None
@@ -45,9 +44,7 @@ class ConvergenceStop(L.Callback):
         trainer.should_stop = trainer.should_stop or stop
 
     def verdict(self) -> bool:
-        return converged(
-            self.curve, self.threshold, self.patience, self.min_delta, self.floor, self.num_examples
-        )
+        return converged(self.curve, self.threshold, self.min_delta, self.floor, self.num_examples)
 
     def state_dict(self) -> dict:
         return {"curve": self.curve, "stopped": self.stopped}

@@ -15,6 +15,7 @@ from harness.readouts.capacity import (
     LEFT,
     NOT_LIMITED,
     RIGHT,
+    RISING_PAST_JUDGING_LOAD,
     STILL_RISING,
     TRAINING_LIMITED,
     judged,
@@ -115,7 +116,8 @@ def test_above_the_floor_only_by_its_sampling_error_counts_as_the_floor():
 def test_a_run_still_rising_reads_a_lower_bound():
     acc = curve(1, 0.99, 0.97, 0.93, 0.7, 0.4, 0.2)
     record = readout(acc, MQAR_FLOORS, 0.9, STILL_RISING, EXAMPLES)
-    assert record["verdict"] == CAPACITY_LIMITED and record["n90_censoring"] == RIGHT
+    assert record["verdict"] == TRAINING_LIMITED and record["n90_censoring"] == RIGHT
+    assert record["why"] == RISING_PAST_JUDGING_LOAD
     assert shown(record, "n90").startswith(">=") and record["n90_se"] is not None
 
 

@@ -10,6 +10,7 @@ from models.mixers import (  # noqa: F401
     mamba2,
     retnet,
     rwkv,
+    rwkv7,
     sliding_window,
     softmax,
 )

@@ -4,6 +4,7 @@ from models.mixers import (  # noqa: F401
     based,
     deltanet,
     gated_deltanet,
+    gated_deltaproduct,
     gla,
     kda,
     kernel_attention,

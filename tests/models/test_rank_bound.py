@@ -46,6 +46,15 @@ CASES = [
     ("based", {}, 8, 2 * taylor(16) + 8),  # the window holds only the 8 tokens seen
     ("based", {"feature_dim": 4, "window": 32, "n_heads": 4}, 64, 4 * taylor(4) + 32),
     ("rwkv", {}, 64, D_MODEL),  # one rank-1 key per channel
+    # gated DPLR rule (KDA, RWKV-7): every transition acts on the key side of a d_k x d_v state
+    ("kda", {}, 64, 2 * (D_MODEL // 2)),
+    ("kda", {"head_k_dim": 4}, 64, 2 * 4),
+    ("rwkv7", {}, 64, 2 * (D_MODEL // 2)),
+    ("rwkv7", {"head_k_dim": 3}, 64, 2 * 3),
+    # n Householder steps per token keep the d_k x d_v state, so the bound does not move with n
+    ("gated_deltaproduct", {}, 64, 2 * (D_MODEL // 2)),
+    ("gated_deltaproduct", {"num_householder": 3}, 64, 2 * (D_MODEL // 2)),
+    ("gated_deltaproduct", {"num_householder": 1, "head_k_dim": 4}, 64, 2 * 4),
     ("softmax", {}, 64, 64),
     ("softmax", {}, 300, 300),
     ("sliding_window", {}, 64, 16),

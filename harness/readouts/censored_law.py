@@ -14,27 +14,22 @@ phi its density, each run contributes to the log-likelihood
 
 maximised over (log a, b, log sigma) (BFGS from the least-squares fit of the exact runs).
 Every run counts: a state that ran out of room below the judging load (left), one that held
-every tested load (right), a run still rising (right: a lower bound). The interval of b is a
-percentile bootstrap over seeds: each resample draws, within every cell (state size), as many
-runs as it has, with replacement, redraws each read run within its own sampling error, and
-refits; so it reflects the spread between seeds (and between test sets), not a t quantile on
-few degrees of freedom. Its percentiles are widened about b by sqrt(m / (m - 1)) (m runs per
-cell: `small_sample_factor`). `offset` and a fixed slope give the proportional model
-(`harness.readouts.proportional_law`)."""
+past the ceiling (right), a run still rising (right: a lower bound). b's interval is Student's
+t on the observed information, widened by the cells' lack of fit (`slope_interval`,
+`lack_of_fit`): a law that misses a step between widths gets the interval that step earns.
+`offset` and a fixed slope give the proportional model (`harness.readouts.proportional_law`)."""
 
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize, special, stats
 
 EXACT, LEFT, RIGHT, INTERVAL = "exact", "left", "right", "interval"
 KINDS = (EXACT, LEFT, RIGHT, INTERVAL)
 LEVEL = 0.9
-RESAMPLES = 500
-SEED = 0
 MIN_SIGMA = 1e-3
 """sigma's floor (log scale): a likelihood with every exact run on one line is unbounded."""
 
@@ -43,7 +38,7 @@ MIN_SIGMA = 1e-3
 class Observation:
     """One run's readout at its state `floats`: `kind` (`KINDS`), `value` (the reading, or
     the censoring bound), `high` (an interval's upper end), `se_log` (its sampling error on
-    log scale) and `cell` (the state size's cell, for the bootstrap over seeds)."""
+    log scale) and `cell` (the state size's cell: its seeds' spread judges the lack of fit)."""
 
     floats: float
     kind: str
@@ -61,9 +56,9 @@ class Observation:
 
 @dataclass(frozen=True)
 class CensoredLaw:
-    """n = a * floats^b with residual sigma (log scale), its log-likelihood, b's bootstrap
-    interval at `level`, and what was fitted: `counts` of each kind, `cells`, `floats_range`
-    (the exact runs' state sizes), and the resampled b's."""
+    """n = a * floats^b with residual sigma (log scale), its log-likelihood, b's interval at
+    `level` (`slope_interval`) and standard error, the lack of fit, and what was fitted:
+    `counts` of each kind, `cells`, `floats_range` (the exact runs' state sizes)."""
 
     a: float
     b: float
@@ -76,10 +71,22 @@ class CensoredLaw:
     cells: int
     floats_range: tuple[float, float]
     level: float = LEVEL
-    resampled_b: tuple[float, ...] = field(default=(), repr=False)
+    b_se: float = math.nan
+    mean_covariance: tuple = ((math.nan, math.nan), (math.nan, math.nan))
+    lack_of_fit: "LackOfFit | None" = None
 
     def __call__(self, floats: float) -> float:
         return self.a * floats**self.b
+
+    def prediction_interval(self, floats: float, runs: int) -> tuple[float, float]:
+        """Where the geometric mean of `runs` new readouts at `floats` falls with probability
+        `level`: exp(mu +- t(n - 2) sqrt(sigma^2 / runs + var mu)), var mu from the
+        covariance of (log a, b)."""
+        x = np.array([1.0, math.log(floats)])
+        variance = self.sigma**2 / runs + float(x @ np.array(self.mean_covariance) @ x)
+        half = stats.t.ppf(0.5 + self.level / 2, max(self.n - 2, 1)) * math.sqrt(variance)
+        mu = math.log(self(floats))
+        return math.exp(mu - half), math.exp(mu + half)
 
     @property
     def aic(self) -> float:
@@ -159,39 +166,6 @@ def likelihood_and_gradient(
     return float(value[0]), grad[0]
 
 
-def newton(
-    theta: np.ndarray, d: Design, weights: np.ndarray, steps: int = 12
-) -> tuple[np.ndarray, np.ndarray]:
-    """Maximise R weighted likelihoods at once from theta [R, 3]: Newton steps with the
-    Hessian from central differences of the gradient, each step halved (down to 1/64) until
-    the likelihood rises, a gradient step where the Hessian is not negative definite; stops
-    after `steps` or once no likelihood rises. Returns (theta, converged [R]: gradient within
-    1e-3)."""
-    theta = theta.copy()
-    value, grad = batched(theta, d, weights)
-    eye = np.eye(theta.shape[1]) * 1e-5
-    for _ in range(steps):
-        hessian = np.stack(
-            [(batched(theta + e, d, weights)[1] - batched(theta - e, d, weights)[1]) / 2e-5
-             for e in eye],
-            axis=2,
-        )  # fmt: skip
-        hessian = (hessian + hessian.transpose(0, 2, 1)) / 2
-        concave = np.all(np.linalg.eigvalsh(hessian) < 0, axis=1)
-        safe = np.where(concave[:, None, None], hessian, -np.eye(theta.shape[1]) * 10)
-        step = -np.linalg.solve(safe, grad[:, :, None])[:, :, 0]
-        best, rose = theta.copy(), np.zeros(theta.shape[0], dtype=bool)
-        for t in 2.0 ** -np.arange(7):
-            trial = theta + t * step
-            trial_value, _ = batched(trial, d, weights)
-            take = ~rose & np.isfinite(trial_value) & (trial_value > value)
-            best[take], rose = trial[take], rose | take
-        theta, (value, grad) = best, batched(best, d, weights)
-        if not rose.any() or np.all(np.abs(grad) < 1e-5):
-            break
-    return theta, np.all(np.abs(grad) < 1e-3, axis=1)
-
-
 def log_likelihood(theta: np.ndarray, d: Design, slope: float | None = None) -> float:
     """`likelihood_and_gradient`'s value."""
     return likelihood_and_gradient(theta, d, slope)[0]
@@ -231,77 +205,134 @@ def identified(observations: Sequence[Observation]) -> bool:
     return len(observations) >= 3 and len(read) >= 2
 
 
-def resample_weights(observations: Sequence[Observation], resamples: int, seed: int) -> np.ndarray:
-    """[resamples, n]: how often each run is drawn in each resample of the bootstrap over
-    seeds (within each cell, as many runs as it has, with replacement)."""
-    rng = np.random.default_rng(seed)
-    weights = np.zeros((resamples, len(observations)))
-    by_cell: dict[str, list[int]] = defaultdict(list)
-    for index, o in enumerate(observations):
-        by_cell[o.cell or str(o.floats)].append(index)
+def hessian(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndarray:
+    """The log-likelihood's Hessian at `theta`: central differences of its gradient."""
+    eye = np.eye(theta.size) * 1e-5
+    columns = [
+        (
+            likelihood_and_gradient(theta + e, d, slope)[1]
+            - likelihood_and_gradient(theta - e, d, slope)[1]
+        )
+        / 2e-5
+        for e in eye
+    ]
+    h = np.stack(columns, axis=1)
+    return (h + h.T) / 2
+
+
+def covariance(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndarray:
+    """The parameters' covariance from the observed information (the inverse of minus the
+    Hessian); NaN where it is singular."""
+    try:
+        return np.linalg.inv(-hessian(theta, d, slope))
+    except np.linalg.LinAlgError:
+        return np.full((theta.size, theta.size), math.nan)
+
+
+def standard_errors(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndarray:
+    """The parameters' standard errors (`covariance`); NaN where a variance is not positive."""
+    diagonal = np.diag(covariance(theta, d, slope))
+    return np.where(diagonal > 0, np.sqrt(np.abs(diagonal)), math.nan)
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    """The law's residual scatter against the spread between seeds, on the exact readouts'
+    log n (docs/background.md, "The censored capacity law"): with m_i exact runs in cell i of
+    c cells, cell means ybar_i, the law's mu_i and n_e runs in all,
+
+        F = [sum_i m_i (ybar_i - mu_i)^2 / (c - 2)] / [sum_ij (y_ij - ybar_i)^2 / (n_e - c)],
+
+    against F(c - 2, n_e - c): a large F says the cells scatter about the law more than seeds
+    scatter within a cell, so the law misses something (a step, a ceiling). `scatter` is the
+    root mean square of the cell means' residuals, `spread` the pooled seed standard
+    deviation."""
+
+    f: float
+    p: float
+    df: tuple[int, int]
+    scatter: float
+    spread: float
+
+    def shown(self) -> str:
+        """`lack of fit F(2, 8) = 5.1, p = 0.04 (scatter 0.31 against seed spread 0.12)`."""
+        return (
+            f"lack of fit F({self.df[0]}, {self.df[1]}) = {self.f:.2g}, p = {self.p:.2g} "
+            f"(scatter {self.scatter:.2f} against seed spread {self.spread:.2f})"
+        )
+
+
+def lack_of_fit(
+    observations: Sequence[Observation], predicted_log: Sequence[float]
+) -> LackOfFit | None:
+    """`LackOfFit` of the exact runs against the law's `predicted_log` n (one per
+    observation); None with fewer than three cells read or no cell with two seeds read."""
+    by_cell: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for o, mu in zip(observations, predicted_log, strict=True):
+        if o.kind == EXACT:
+            by_cell[o.cell or str(o.floats)].append((math.log(o.value), mu))
+    cells, runs = len(by_cell), sum(len(v) for v in by_cell.values())
+    if cells < 3 or runs - cells < 1:
+        return None
+    between = within = squares = 0.0
     for members in by_cell.values():
-        drawn = rng.integers(0, len(members), size=(resamples, len(members)))
-        for column in range(len(members)):
-            np.add.at(weights, (np.arange(resamples), np.array(members)[drawn[:, column]]), 1)
-    return weights
+        ys = [y for y, _ in members]
+        mean, mu = sum(ys) / len(ys), members[0][1]
+        between += len(ys) * (mean - mu) ** 2
+        squares += (mean - mu) ** 2
+        within += sum((y - mean) ** 2 for y in ys)
+    df = (cells - 2, runs - cells)
+    spread = math.sqrt(within / df[1])
+    f = (between / df[0]) / max(within / df[1], 1e-12)
+    return LackOfFit(
+        f=f,
+        p=float(stats.f.sf(f, *df)),
+        df=df,
+        scatter=math.sqrt(squares / cells),
+        spread=spread,
+    )
 
 
-def resampled_slopes(
-    observations: Sequence[Observation], theta: np.ndarray, resamples: int, seed: int
-) -> list[float]:
-    """b refitted on each resample (`resample_weights`), from the full fit's `theta`, each read
-    run's log readout redrawn within its own sampling error (N(0, s_i^2): another test set),
-    censored bounds kept; a resample whose drawn runs read at fewer than two state sizes, or
-    whose fit does not converge, is left out."""
-    weights = resample_weights(observations, resamples, seed)
-    read = np.array([o.kind in (EXACT, INTERVAL) for o in observations])
-    floats = np.array([o.floats for o in observations])
-    sizes = [len(set(floats[(w > 0) & read])) for w in weights]
-    keep = np.array(sizes) >= 2
-    if not keep.any():
-        return []
-    start_ = np.repeat(theta[None, :], int(keep.sum()), axis=0)
-    design = Design(observations)
-    noise = np.random.default_rng(seed + 1).normal(size=(int(keep.sum()), len(observations)))
-    noise *= np.sqrt(design.s2) * design.masks[EXACT]
-    design.lo, design.hi = design.lo + noise, design.hi + noise
-    fitted, ok = newton(start_, design, weights[keep])
-    return [float(b) for b in fitted[ok, 1]]
-
-
-def small_sample_factor(observations: Sequence[Observation]) -> float:
-    """sqrt(m / (m - 1)), m the mean number of runs per cell (over cells with two or more):
-    resampling m runs within a cell has the spread of a variance estimate that divides by m,
-    not m - 1, so the bootstrap's interval is widened by this factor about b."""
-    sizes = Counter(o.cell or str(o.floats) for o in observations)
-    many = [n for n in sizes.values() if n >= 2]
-    if not many:
-        return 1.0
-    m = sum(many) / len(many)
-    return math.sqrt(m / (m - 1))
+def slope_interval(
+    b: float, se: float, n: int, lack: LackOfFit | None, level: float
+) -> tuple[float, float]:
+    """b's interval at `level`: b +- t(n - 2) se sqrt(n / (n - 2)) sqrt(max(1, F)). The
+    observed information's se divides the residual variance by n; the factor sqrt(n / (n - 2))
+    and Student's t on n - 2 degrees of freedom give least squares' exact interval when
+    nothing is censored. Where the cells scatter about the law more than the seeds do
+    (`LackOfFit`, F > 1), the cells and not the runs are the units (a random effect per
+    width): the interval is widened by sqrt(F) and t takes the cells' c - 2 degrees of
+    freedom. Its coverage is tested by
+    simulating censored sweeps (tests/harness/readouts/test_law_coverage.py)."""
+    if n <= 2 or not math.isfinite(se):
+        return math.nan, math.nan
+    widen = math.sqrt(max(1.0, lack.f)) if lack is not None else 1.0
+    free = n - 2
+    if lack is not None and lack.f > 1:
+        free = lack.df[0]
+    half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(n / (n - 2)) * widen
+    return b - half, b + half
 
 
 def fit_censored_law(
-    observations: Sequence[Observation],
-    level: float = LEVEL,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
+    observations: Sequence[Observation], level: float = LEVEL
 ) -> CensoredLaw | None:
-    """The maximum-likelihood law of the module docstring with b's bootstrap interval at
-    `level` over `resamples` seeded resamples (resamples in which b is not `identified` are
-    skipped); None where b cannot be estimated."""
+    """The maximum-likelihood law of the module docstring with b's interval at `level`
+    (`slope_interval`) and its lack of fit (`lack_of_fit`); None where b cannot be
+    estimated."""
     observations = list(observations)
     if not identified(observations):
         return None
-    found = maximise(Design(observations))
+    design = Design(observations)
+    found = maximise(design)
     if found is None:
         return None
-    (log_a, b, log_sigma), log_l = found
-    bs = resampled_slopes(observations, found[0], resamples, seed)
-    tail = (1 - level) / 2
-    low, high = np.quantile(bs, [tail, 1 - tail]) if bs else (math.nan, math.nan)
-    widen = small_sample_factor(observations)
-    low, high = b - (b - low) * widen, b + (high - b) * widen
+    theta, log_l = found
+    log_a, b, log_sigma = theta
+    lack = lack_of_fit(observations, list(log_a + b * design.x))
+    cov = covariance(theta, design)
+    se = float(math.sqrt(cov[1, 1])) if cov[1, 1] > 0 else math.nan
+    low, high = slope_interval(float(b), se, len(observations), lack, level)
     exact = [o.floats for o in observations if o.kind in (EXACT, INTERVAL)]
     return CensoredLaw(
         a=math.exp(log_a),
@@ -310,10 +341,12 @@ def fit_censored_law(
         log_likelihood=log_l,
         b_low=float(low),
         b_high=float(high),
+        b_se=se,
+        mean_covariance=tuple(map(tuple, cov[:2, :2].tolist())),
         n=len(observations),
         counts={k: sum(o.kind == k for o in observations) for k in KINDS},
         cells=len({o.cell or str(o.floats) for o in observations}),
         floats_range=(min(exact), max(exact)),
         level=level,
-        resampled_b=tuple(bs),
+        lack_of_fit=lack,
     )

@@ -59,9 +59,9 @@ def still_rising(curve: Curve, min_delta: float, num_examples: int | None = None
     best = max(accuracies before it): the last third of the steps gained more than twice the
     standard error of a validation set of `num_examples` examples (`required_gain`). A curve
     with fewer than two validations before its last third, or none within it, is too short to
-    judge and counts as rising. Its negation is convergence off the floor. It is not a proof of convergence: a model that
-    learns in a sudden jump (softmax forming its induction circuit) can sit still for a third
-    of its budget first."""
+    judge and counts as rising. Its negation is convergence off the floor. It is not a proof
+    of convergence: a model that learns in a sudden jump (softmax forming its induction
+    circuit) can sit still for a third of its budget first."""
     if not curve:
         return True
     before, within = last_part(curve)

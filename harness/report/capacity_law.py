@@ -1,34 +1,46 @@
-"""Each mixer's capacity law (docs/background.md, "The censored capacity law"): n90 = a floats^b
-and n50 = a floats^b fitted by censored maximum likelihood to every run that is not
-training_limited (`harness.readouts.censored_law`), b's interval a bootstrap over seeds, and
-the two nulls beside it (`harness.readouts.proportional_law`): the exponent the mixer's rank
-bound predicts across the sweep's cells, and a proportional law with an overhead."""
+"""Each mixer's capacity law (docs/background.md, "The censored capacity law"), fitted by
+censored maximum likelihood to the runs the weak-run rule keeps (`CapacityRun.fitted`):
+
+- the primary model, n90 = c (R - R0) against the stack's rank bound R (exponent 1), with the
+  range of c when one width is left out;
+- the power law n90 = a R^b in the rank bound, whose b says whether the exponent 1 holds: its
+  interval (`harness.readouts.censored_law.slope_interval`, coverage tested), the lack of fit,
+  the range of b over the drop-one-width refits and how many left-out widths the refits
+  predict (`harness.readouts.drop_one_width`);
+- the alternative, the power law in floats n90 = a floats^b (and n50's), with its AIC against
+  the primary model's."""
 
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.readouts.capacity import level_name
-from harness.readouts.censored_law import LEFT, RESAMPLES, RIGHT, CensoredLaw, fit_censored_law
-from harness.readouts.proportional_law import (
-    ProportionalLaw,
-    fit_proportional_law,
-    rank_bound_exponent,
+from harness.readouts.capacity import AT_FLOOR, level_name
+from harness.readouts.censored_law import LEFT, RIGHT, CensoredLaw, fit_censored_law
+from harness.readouts.drop_one_width import (
+    HeldOut,
+    by_cell,
+    exponent_range,
+    held_out,
+    predicted_share,
 )
+from harness.readouts.proportional_law import ProportionalLaw, fit_proportional_law
 from harness.report.capacity_runs import CapacityRun
 from harness.report.style import model_order
 
 
 @dataclass(frozen=True)
 class MixerLaw:
-    """One mixer's laws: `n90` (at the report's threshold) and `n50`, the rank-bound exponent
-    of its cells, the proportional law at the threshold, and the runs they come from."""
+    """One mixer's laws: `primary` (n90 = c (R - R0)) with `c_range` over the drop-one-width
+    refits; `rank` (n90 = a R^b) with its left-out widths (`held`); `n90` and `n50` (power
+    laws in floats); and the runs they come from."""
 
     mixer: str
     n90: CensoredLaw | None
     n50: CensoredLaw | None
-    rank_exponent: float | None
-    proportional: ProportionalLaw | None
+    rank: CensoredLaw | None
+    primary: ProportionalLaw | None
+    c_range: tuple[float, float] | None
+    held: list[HeldOut]
     runs: list[CapacityRun]
     threshold: float
 
@@ -37,52 +49,63 @@ class MixerLaw:
         """The threshold's readout, `n90` or `n80`."""
         return level_name(self.threshold)
 
-    def against_rank_bound(self) -> str:
-        """Whether the rank bound's exponent lies in b's interval."""
-        law, slope = self.n90, self.rank_exponent
-        if law is None or slope is None:
-            return "no rank-bound exponent"
-        inside = law.b_low <= slope <= law.b_high
-        where = "inside" if inside else ("below" if slope < law.b_low else "above")
-        return f"rank-bound exponent {slope:.2f}, {where} b's interval"
+    def against_exponent_one(self) -> str:
+        """Whether the rank bound's exponent 1 lies in the interval of b in R."""
+        law = self.rank
+        if law is None or math.isnan(law.b_low):
+            return "no interval for the exponent in R"
+        inside = law.b_low <= 1 <= law.b_high
+        where = "inside" if inside else ("below" if law.b_low > 1 else "above")
+        return f"exponent 1 {where} it"
 
-    def against_proportional(self) -> str:
-        """Which of the power law and n = c (floats - F0) fits better, by AIC."""
-        law, prop = self.n90, self.proportional
-        if law is None or prop is None:
+    def against_floats(self) -> str:
+        """The primary model's AIC against the power law in floats'."""
+        if self.primary is None or self.n90 is None:
             return ""
-        gap = prop.aic - law.aic
-        better = "the power law" if gap > 0 else "the proportional law"
+        gap = self.n90.aic - self.primary.aic
+        better = "the rank-bound line" if gap > 0 else "the power law in floats"
         return (
-            f"proportional {self.name} = {prop.c:.3g} (floats - {prop.overhead:.0f}): "
-            f"log L {prop.log_likelihood:.1f} against the power law's "
-            f"{law.log_likelihood:.1f}, {better} fits better by {abs(gap):.1f} in AIC"
+            f"power law in floats b = {self.n90.shown()}, {better} fits better by "
+            f"{abs(gap):.1f} in AIC"
         )
 
 
-def observations(runs: list[CapacityRun], name: str) -> list:
-    """The runs' readouts `name` (`n90`, `n50`) as the censored fit's observations."""
-    return [o for o in (r.observation(name) for r in runs) if o is not None]
+def observations(runs: list[CapacityRun], name: str, axis: str = "floats") -> list:
+    """The runs' readouts `name` (`n90`, `n50`) as the censored fit's observations on the
+    law's x `axis` (`floats` or `rank_bound`)."""
+    return [o for o in (r.observation(name, axis) for r in runs) if o is not None]
 
 
-def capacity_laws(
-    runs: list[CapacityRun], threshold: float, resamples: int = RESAMPLES
-) -> dict[str, MixerLaw]:
+def c_range(observations_: list) -> tuple[float, float] | None:
+    """(smallest, largest) c of n90 = c (R - R0) refitted without each width in turn."""
+    cells = by_cell(observations_)
+    cs = []
+    for cell in cells:
+        law = fit_proportional_law([o for name, g in cells.items() if name != cell for o in g])
+        if law is not None:
+            cs.append(law.c)
+    return (min(cs), max(cs)) if cs else None
+
+
+def capacity_laws(runs: list[CapacityRun], threshold: float) -> dict[str, MixerLaw]:
     """Each mixer with an n90 law (exact readouts at two or more state sizes)."""
     by_mixer: dict[str, list[CapacityRun]] = defaultdict(list)
     for run in runs:
         by_mixer[run.mixer].append(run)
     laws = {}
     for mixer, mine in by_mixer.items():
-        n90 = fit_censored_law(observations(mine, "n90"), resamples=resamples)
+        n90 = fit_censored_law(observations(mine, "n90"))
         if n90 is None:
             continue
+        in_rank = observations(mine, "n90", "rank_bound")
         laws[mixer] = MixerLaw(
             mixer=mixer,
             n90=n90,
-            n50=fit_censored_law(observations(mine, "n50"), resamples=resamples),
-            rank_exponent=rank_bound_exponent([(r.floats, r.rank_bound) for r in mine]),
-            proportional=fit_proportional_law(observations(mine, "n90")),
+            n50=fit_censored_law(observations(mine, "n50")),
+            rank=fit_censored_law(in_rank),
+            primary=fit_proportional_law(in_rank),
+            c_range=c_range(in_rank),
+            held=held_out(in_rank),
             runs=mine,
             threshold=threshold,
         )
@@ -90,56 +113,59 @@ def capacity_laws(
 
 
 def law_runs(law: MixerLaw) -> str:
-    """`35 runs at 7 state sizes (132-1,056 floats), 5 seeds; 20 read, 10 left-censored, 5
-    right-censored; 3 training_limited left out`."""
+    """`12 runs at 4 widths (R 4-12, 128-384 floats), 3 seeds; 8 read, 1 left-censored, 3
+    right-censored; left out: 1 at the floor, 0 still rising below the judging load`."""
     fit, runs = law.n90, law.runs
     fitted = [r for r in runs if r.fitted]
     sizes = sorted({r.floats for r in fitted})
+    bounds = sorted({r.rank_bound for r in fitted if r.rank_bound})
     seeds = len({r.seed for r in fitted})
     counts = fit.counts
-    left_out = len(runs) - len(fitted)
+    out = [r for r in runs if not r.fitted]
+    at_floor = sum(r.why == AT_FLOOR for r in out)
+    span = f"R {bounds[0]:g}-{bounds[-1]:g}, " if bounds else ""
     return (
-        f"{fit.n} runs at {len(sizes)} state sizes ({sizes[0]:,.0f}-{sizes[-1]:,.0f} floats), "
+        f"{fit.n} runs at {len(sizes)} widths ({span}{sizes[0]:,.0f}-{sizes[-1]:,.0f} floats), "
         f"{seeds} seeds; {counts['exact']} read, {counts[LEFT]} left-censored, "
-        f"{counts[RIGHT]} right-censored; {left_out} training_limited left out"
+        f"{counts[RIGHT]} right-censored; left out: {at_floor} at the floor, "
+        f"{len(out) - at_floor} still rising below the judging load"
     )
 
 
-def error_against_spread(runs: list[CapacityRun]) -> str:
-    """The readouts' sampling error against the spread between seeds, both of log n90 over
-    the read runs: the root mean square of the errors, and the pooled standard deviation
-    within cells (sum over cells of squared deviations from the cell's mean, over the runs
-    less the cells)."""
-    read = [r for r in runs if r.fitted and r.n90_censoring is None and r.n90_se_log]
-    by_cell: dict[float, list[float]] = defaultdict(list)
-    for r in read:
-        by_cell[r.floats].append(math.log(r.n90))
-    cells = [v for v in by_cell.values() if len(v) >= 2]
-    free = sum(len(v) - 1 for v in cells)
-    if not free:
-        return "no cell with two read seeds to compare the sampling error with"
-    pooled = math.sqrt(sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in cells) / free)
-    error = math.sqrt(sum(r.n90_se_log**2 for r in read) / len(read))
-    relation = "below" if error < pooled else "not below"
-    return (
-        f"sampling error of log n90 {error:.3f} (rms over {len(read)} read runs), {relation} "
-        f"the spread between seeds {pooled:.3f} (pooled over {len(cells)} cells)"
-    )
+def primary_note(law: MixerLaw) -> str:
+    """`n90 = 0.84 (R - 1.2), c from 0.71 to 0.95 leaving out one width`."""
+    primary = law.primary
+    if primary is None:
+        return f"no rank-bound line for {law.name}"
+    text = f"{law.name} = {primary.c:.3g} (R - {primary.overhead:.2g})"
+    if law.c_range is not None:
+        text += f", c {law.c_range[0]:.3g}-{law.c_range[1]:.3g} leaving out one width"
+    return text
+
+
+def rank_note(law: MixerLaw) -> str:
+    """b in R with its interval, the exponent 1 against it, its drop-one-width range, the
+    widths it predicts and its lack of fit."""
+    rank = law.rank
+    if rank is None:
+        return "no power law in R"
+    text = f"b in R = {rank.shown()} ({rank.level:.0%}; {law.against_exponent_one()})"
+    spread = exponent_range(law.held)
+    if spread is not None:
+        text += f", {spread[0]:.2f}-{spread[1]:.2f} leaving out one width"
+    inside, judged = predicted_share(law.held)
+    if judged:
+        text += f"; the refits predict {inside} of {judged} left-out widths"
+    if rank.lack_of_fit is not None:
+        text += f"; {rank.lack_of_fit.shown()}"
+    return text
 
 
 def law_note(law: MixerLaw) -> str:
-    """One line per mixer: both laws with their intervals, the runs, and both nulls."""
-    fit, half = law.n90, law.n50
-    text = (
-        f"capacity law: {law.mixer} {law.name} = {fit.a:.3g} floats^{fit.b:.2f}, "
-        f"b = {fit.shown()} ({fit.level:.0%} bootstrap over seeds) from {law_runs(law)}; "
-        f"{law.against_rank_bound()}"
-    )
-    if half is not None:
-        text += f"; n50 b = {half.shown()}"
-    proportional = law.against_proportional()
-    text += f"; {proportional}" if proportional else ""
-    return f"{text}; {error_against_spread(law.runs)}."
+    """One line per mixer: the primary model, the exponent in R and its checks, the
+    alternative in floats, and the runs."""
+    parts = [primary_note(law), rank_note(law), law.against_floats(), law_runs(law)]
+    return f"capacity law: {law.mixer} " + "; ".join(p for p in parts if p) + "."
 
 
 def law_notes(laws: dict[str, MixerLaw]) -> list[str]:

@@ -1,14 +1,21 @@
 """The runs behind the capacity law (docs/background.md, section 17): each ok load-curve seed's
 readouts (`harness.readouts.capacity`, read anew by `harness.report.reread`) beside its
 mixer's state per layer (`state.mixer_floats_per_layer`: the short convolution's window, which
-holds no earlier binding, left out) and its rank bound."""
+holds no earlier binding, left out) and its stack's rank bound (`state.rank_bound_stack`, the
+sum over layers).
+
+One rule for weak runs, the same for every family (docs/background.md, "The capacity
+protocol"): a run at its floor is left out and counted; a still-rising run is right-censored
+at its reading (a lower bound), or left out and counted when its reading lies below the
+judging load (nothing to read); a converged run that levelled off below the judging load is
+left-censored there."""
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from common.checks import is_real
-from harness.readouts.capacity import LEFT, RIGHT, TRAINING_LIMITED
+from harness.readouts.capacity import LEFT, RIGHT, RISING_PAST_JUDGING_LOAD, TRAINING_LIMITED
 from harness.readouts.censored_law import EXACT, Observation
 from harness.records.schema import OK
 from harness.report.load_curve import seeds_of
@@ -20,9 +27,9 @@ KIND = {None: EXACT, LEFT: "left", RIGHT: "right"}
 
 @dataclass(frozen=True)
 class CapacityRun:
-    """One ok run's readouts: its mixer (variant name), state floats per layer, cell (the
-    mixer's state setting), seed, n90 and n50 with their censoring and sampling error (log
-    scale), verdict, training state and rank bound."""
+    """One ok run's readouts: its mixer (variant name), state floats per layer, seed, n90 and
+    n50 with their censoring and sampling error (log scale), verdict and its reason (`why`),
+    training state and the stack's rank bound."""
 
     mixer: str
     floats: float
@@ -38,24 +45,30 @@ class CapacityRun:
     seed: int | None = None
     load: str | None = None
     threshold: float | None = None
+    why: str | None = None
 
     @property
     def fitted(self) -> bool:
-        """A readout of the state: a run that is not training_limited, with a readout."""
-        return self.verdict not in (None, TRAINING_LIMITED) and self.n90 is not None
+        """A readout of the state (the module docstring's rule): not training_limited, or
+        still rising past the judging load (a lower bound); with a readout."""
+        usable = (
+            self.verdict not in (None, TRAINING_LIMITED) or self.why == RISING_PAST_JUDGING_LOAD
+        )
+        return usable and self.n90 is not None
 
     @property
     def lower_bound(self) -> bool:
         return self.n90_censoring == RIGHT
 
-    def observation(self, name: str = "n90") -> Observation | None:
-        """The run as an observation of the censored fit (`harness.readouts.censored_law`)."""
-        value = getattr(self, name)
-        if not self.fitted or value is None or value <= 0:
+    def observation(self, name: str = "n90", axis: str = "floats") -> Observation | None:
+        """The run as an observation of the censored fit (`harness.readouts.censored_law`) on
+        the law's x `axis`: the state's `floats` or the stack's `rank_bound`."""
+        value, size = getattr(self, name), getattr(self, axis)
+        if not self.fitted or value is None or value <= 0 or not size:
             return None
         se = getattr(self, f"{name}_se_log") or 0.0
         kind = KIND[getattr(self, f"{name}_censoring")]
-        return Observation(self.floats, kind, value, se_log=se, cell=f"{self.floats:g}")
+        return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
 
 
 def known(value: object) -> bool:
@@ -75,6 +88,15 @@ def mixer_floats(row: dict) -> float | None:
     return float(floats - max(kernel - 1, 0) * width)
 
 
+def stack_rank_bound(row: dict) -> float | None:
+    """`state.rank_bound_stack`, or (records without it) the per-layer bound times the
+    backbone's layers."""
+    if known(row.get("state.rank_bound_stack")):
+        return float(row["state.rank_bound_stack"])
+    per_layer, layers = row.get("state.rank_bound_per_layer"), row.get("backbone.n_layers")
+    return float(per_layer * layers) if known(per_layer) and known(layers) else None
+
+
 def run_of(name: str, seed: dict) -> CapacityRun | None:
     """One seed's row as a run; None without a verdict or a state size."""
     floats = mixer_floats(seed)
@@ -85,7 +107,8 @@ def run_of(name: str, seed: dict) -> CapacityRun | None:
         mixer=name,
         floats=floats,
         verdict=seed.get("capacity.verdict"),
-        rank_bound=seed.get("state.rank_bound_per_layer"),
+        rank_bound=stack_rank_bound(seed),
+        why=seed.get("capacity.why"),
         training=seed.get("capacity.training"),
         seed=seed.get("seed"),
         load=seed.get("capacity.load"),

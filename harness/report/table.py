@@ -75,11 +75,13 @@ def capacity_columns(readouts: list[dict], threshold: float = 0.9) -> dict[str, 
 
 
 def law_columns(law: MixerLaw | None, threshold: float) -> dict[str, str | None]:
-    """The mixer's exponents with their bootstrap intervals (`b n90 [90%]`, `b n50 [90%]`)."""
+    """The mixer's exponents with their intervals: in the stack's rank bound R (`b in R`),
+    and in floats (`b n90`, `b n50`)."""
     name = level_name(threshold)
+    rank = law.rank.shown() if law and law.rank else None
     n90 = law.n90.shown() if law and law.n90 else None
     n50 = law.n50.shown() if law and law.n50 else None
-    return {f"b {name} [90%]": n90, "b n50 [90%]": n50}
+    return {f"b {name} in R [90%]": rank, f"b {name} [90%]": n90, "b n50 [90%]": n50}
 
 
 def frontier_rows(rows: list[dict]) -> list[dict]:

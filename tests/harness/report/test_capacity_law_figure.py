@@ -59,18 +59,21 @@ def test_the_fit_keeps_censored_runs_and_leaves_out_training_limited_ones() -> N
     kinds = sorted(str(r.n90_censoring) for r in linear if r.fitted)
     assert kinds.count("left") == 3 and kinds.count("right") == 4 and kinds.count("None") == 4
     assert sum(not r.fitted for r in linear) == 1  # the run at the floor
-    law = capacity_laws(runs, 0.9, resamples=60)["linear"]
-    expected = fit_censored_law(observations(linear, "n90"), resamples=60)
+    law = capacity_laws(runs, 0.9)["linear"]
+    expected = fit_censored_law(observations(linear, "n90"))
     assert law.n90.b == pytest.approx(expected.b) and law.n90.n == 11
     assert law.n90.counts == {"exact": 4, "left": 3, "right": 4, "interval": 0}
     assert 0.6 < law.n90.b < 1.4  # 0.81 below 64 pairs; the held loads at 128 pull it up
-    assert law.rank_exponent is not None and law.proportional is not None
-    assert "softmax" not in capacity_laws(runs, 0.9, resamples=20)  # lower bounds only
+    assert law.rank is not None and law.primary is not None
+    in_rank = observations(linear, "n90", "rank_bound")
+    assert law.rank.b == pytest.approx(fit_censored_law(in_rank).b)
+    assert law.held and law.c_range is not None  # a refit without each width that allows one
+    assert "softmax" not in capacity_laws(runs, 0.9)  # lower bounds only
 
 
 def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     runs, rows = runs_of(law_records())
-    laws = capacity_laws(runs, 0.9, resamples=20)
+    laws = capacity_laws(runs, 0.9)
     fig = capacity_figure(runs, rows, laws, 0.9)
     ax = fig.axes[0]
     gids = [c.lines[0].get_gid() for c in ax.containers]
@@ -92,7 +95,7 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
 
 def test_another_threshold_names_every_label() -> None:
     runs, rows = runs_of(law_records(), threshold=0.8)
-    fig = capacity_figure(runs, rows, capacity_laws(runs, 0.8, resamples=20), 0.8)
+    fig = capacity_figure(runs, rows, capacity_laws(runs, 0.8), 0.8)
     assert fig.axes[0].get_ylabel().startswith("n80: largest load at accuracy >= 0.8")
     assert "n80 per run" in fig._suptitle.get_text()
 
@@ -101,7 +104,7 @@ def test_no_figure_without_two_state_sizes() -> None:
     records = [curve_record("linear", 64, s, accuracies(law_n90(64, s))) for s in (0, 1, 2)]
     runs, rows = runs_of(records)
     assert capacity_figure(runs, rows, {}, 0.9) is None
-    assert capacity_laws(runs, 0.9, resamples=10) == {}
+    assert capacity_laws(runs, 0.9) == {}
 
 
 def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path, capsys) -> None:
@@ -116,7 +119,7 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     assert linear[64]["verdict"].endswith("training_limited (at_floor)")
     assert len({row["b n90 [90%]"] for row in linear.values()}) == 1
     printed = capsys.readouterr().out
-    assert "capacity law: linear n90 = " in printed and "rank-bound exponent" in printed
+    assert "capacity law: linear n90 = " in printed and "b in R = " in printed
     assert "Cell linear" in printed and "n90 <2 ; " not in printed
 
     table = report(sweep, wandb_mode="disabled", threshold=0.8)

@@ -1,9 +1,10 @@
 """The memory probe: how many key-value bindings a state holds, with no training.
 `python -m studies.memory_probe [--out DIR] [--quick]`.
 
-docs/background.md, section 18 ("The memory probe"). One head's state is a D x d_v matrix S.
-Write n bindings (k_i, v_i), i = 1 .. n, in order, with one of the update rules the zoo
-implements, then read every binding back with the query q = k_j: r_j = S^T k_j (d_v numbers).
+docs/background.md, "The memory probe" (beside section 17, the rank bound). One head's state
+is a D x d_v matrix S. Write n bindings (k_i, v_i), i = 1 .. n, in order, with one of the
+update rules the zoo implements, then read every binding back with the query q = k_j:
+r_j = S^T k_j (d_v numbers).
 
 Update rules (per write of key k, value v; keys have unit norm):
 
@@ -40,12 +41,12 @@ bound D of section 17 before the factor H).
 
 n90: the largest n such that the mean accuracy (over trials) is >= 0.9 at every n' <= n. Its
 interval is a percentile bootstrap over trials (default 200 resamples, 5th and 95th
-percentile: a 90% interval). The loads run n = 1, 2, ... until the mean accuracy falls below
-`stop` (0.6) or n reaches V (then n90 is censored: `censored` is true and n90 is a lower
-bound). The same n bindings are the first n of one drawn sequence, so one trial is one
-nested sequence of loads. Every cell's draws come from its own seed (`cell_seed`: the
-seed, the key kind, D, d_v and V), shared by the rules, so rules are compared on the same
-keys and values. numpy, float64.
+percentile, rounded outwards to loads: a 90% interval). The loads run n = 1, 2, ... until
+the mean accuracy falls below `stop` (0.6) or n reaches V (then n90 is censored: `censored`
+is true and n90 is a lower bound). The same n bindings are the first n of one drawn
+sequence, so one trial is one nested sequence of loads. Every cell's draws come from its own
+seed (`cell_seed`: the seed, the key kind, D, d_v and V), shared by the rules, so rules are
+compared on the same keys and values. numpy, float64.
 """
 
 import argparse
@@ -191,12 +192,14 @@ def bootstrap_n90(
     acc: np.ndarray, n: np.ndarray, *, boots: int = 200, seed: int = 0, level: float = 0.9
 ) -> tuple[float, float]:
     """Percentile bootstrap over trials (rows of acc [trials, N]) of n90: (low, high) at
-    `level` (default the 5th and 95th percentiles)."""
+    `level` (default the 5th and 95th percentiles), each rounded outwards to a resampled n90
+    (loads are integers)."""
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, acc.shape[0], size=(boots, acc.shape[0]))
     samples = [n90_of(acc[p].mean(0), n) for p in picks]
     tail = (1 - level) / 2 * 100
-    low, high = np.percentile(samples, [tail, 100 - tail])
+    low = np.percentile(samples, tail, method="lower")
+    high = np.percentile(samples, 100 - tail, method="higher")
     return float(low), float(high)
 
 

@@ -18,12 +18,20 @@ from models import MIXERS  # noqa: E402
 
 REFERENCE = "softmax"
 KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENCE))
-"""The registry's mixers in a fixed order, softmax (the reference) first, then by name: model
-i gets colour i, whatever the sweep holds."""
-MARKERS = "osDpX*8Phd^>v<H"
-"""One marker per registered mixer in `KNOWN_MODELS` order. The mixers a capacity law can
-fit (deltanet, gated_deltanet, gla, linear, mamba2, retnet) get no triangle, since the
-capacity figure draws its censored readouts as arrows with triangle heads."""
+"""The registry's mixers in a fixed order, softmax (the reference) first, then by name: the
+order of legends, whatever the sweep holds."""
+STYLE_ORDER = (
+    *("softmax", "based", "deltanet", "favor", "gated_deltanet", "gla", "identity", "linear"),
+    *("mamba2", "retnet", "rff", "rwkv", "sliding_window", "gated_deltaproduct", "kda", "rwkv7"),
+)
+"""The order in which mixers were given their colour and marker: a mixer registered later is
+appended (here, else after these by name), so that no mixer's style moves when one is added."""
+STYLED = (*STYLE_ORDER, *(name for name in KNOWN_MODELS if name not in STYLE_ORDER))
+MARKERS = "osDpX*8Phd^>v<Hx"
+"""One marker per registered mixer in `STYLED` order (matplotlib's 15 filled markers, then
+`x`, whose face is not drawn). The mixers a capacity law can fit (deltanet, gated_deltanet,
+gla, linear, mamba2, retnet) get no triangle, since the capacity figure draws its censored
+readouts as arrows with triangle heads."""
 GREYS = (plt.cm.tab10.colors[7], plt.cm.tab20.colors[15])
 PALETTE = tuple(c for c in (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2]) if c not in GREYS)
 """The registered mixers' colours (softmax is black): tab10, then tab20's light shades, their
@@ -55,12 +63,12 @@ VARIANT_COLOURS: dict[str, Any] = {}
 
 
 def colour(model: str) -> Any:
-    """The model's colour: softmax black, the others `PALETTE` in registry order, variants and
+    """The model's colour: softmax black, the others `PALETTE` in `STYLED` order, variants and
     unknown names Dark2 in order of appearance."""
     if model == REFERENCE:
         return "black"
     if model in KNOWN_MODELS:
-        return PALETTE[(KNOWN_MODELS.index(model) - 1) % len(PALETTE)]
+        return PALETTE[(STYLED.index(model) - 1) % len(PALETTE)]
     if model not in VARIANT_COLOURS:
         VARIANT_COLOURS[model] = VARIANT_PALETTE[len(VARIANT_COLOURS) % len(VARIANT_PALETTE)]
     return VARIANT_COLOURS[model]
@@ -72,7 +80,7 @@ def model_order(model: str) -> tuple:
 
 
 def marker(model: str) -> str:
-    index = KNOWN_MODELS.index(model) if model in KNOWN_MODELS else sum(map(ord, model))
+    index = STYLED.index(model) if model in KNOWN_MODELS else sum(map(ord, model))
     return MARKERS[index % len(MARKERS)]
 
 

@@ -62,8 +62,13 @@ def advice(readouts: list[dict], largest: str) -> str:
         tips.append("raise trainer.max_steps for the training_limited seeds")
     if any(r.get("training") == STILL_RISING for r in readouts if r.get("why") != STILL_RISING):
         tips.append("readouts of runs still rising are lower bounds: more steps can raise them")
-    if why[BELOW_JUDGING_LOAD]:
+    if why[BELOW_JUDGING_LOAD] == len(readouts):
         tips.append("its state holds less than the judging load: widen it to read its n90")
+    elif why[BELOW_JUDGING_LOAD]:
+        tips.append(
+            f"{why[BELOW_JUDGING_LOAD]} seed(s) levelled off below the judging load while "
+            "others read above it: the seeds disagree, so add seeds or try another optim.lr"
+        )
     if why[HOLDS_EVERY_LOAD]:
         tips.append(f"holds every tested load, up to {largest}: test larger loads")
     return "; ".join(tips)

@@ -1,37 +1,18 @@
 """The law's interval against what it estimates (`harness.readouts.censored_law.slope_interval`):
-300 simulated sweeps of 3 seeds a width, read as the capacity protocol reads them (below the
-judging load 2: left-censored; within a quarter of the largest tested load 2R:
-right-censored), the nominal 90% interval of b covering the true exponent at least 88% of the
-time; with a random effect per width (a law that misses a step) as well; and the lack-of-fit
-test holding its size when the law is right. Seeded."""
+300 simulated sweeps of 3 seeds a width (`studies.law_coverage.sweep`), read as the capacity
+protocol reads them (below the judging load 2: left-censored; within a quarter of the largest
+tested load 2R: right-censored), the nominal 90% interval of b covering the true exponent at
+least 88% of the time; with a random effect per width (a law that misses a step) as well; and
+the lack-of-fit test holding its size when the law is right. Seeded."""
 
 import numpy as np
 import pytest
 
 from harness.readouts.censored_law import EXACT, LEFT, RIGHT, Observation, fit_censored_law
 from harness.readouts.drop_one_width import held_out, predicted_share
+from studies.law_coverage import BOUNDS, TRUE_B, sweep
 
-BOUNDS = (4, 6, 8, 12)
-"""The stack rank bounds of the law's widths (one layer of 2 heads, key dim 2, 3, 4, 6)."""
-TRUE_C, TRUE_B, SEED_SD = 1.2, 1.0, 0.15
 SWEEPS = 300
-
-
-def sweep(rng: np.random.Generator, width_sd: float, bounds=BOUNDS, seeds: int = 3) -> list:
-    """One simulated sweep: at each bound R, `seeds` readouts c R^b exp(u_R + e), u_R ~
-    N(0, width_sd^2) shared by the width, e ~ N(0, SEED_SD^2) per seed; censored as read."""
-    out = []
-    for bound in bounds:
-        ceiling = 0.75 * 2 * bound
-        shift = rng.normal(0, width_sd)
-        for n in TRUE_C * bound**TRUE_B * np.exp(shift + rng.normal(0, SEED_SD, seeds)):
-            kind, value = EXACT, float(n)
-            if n < 2:
-                kind, value = LEFT, 2.0
-            elif n >= ceiling:
-                kind, value = RIGHT, ceiling
-            out.append(Observation(float(bound), kind, value, cell=str(bound)))
-    return out
 
 
 def coverage(width_sd: float, bounds=BOUNDS, seed: int = 0) -> tuple[float, list]:

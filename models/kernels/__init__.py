@@ -12,10 +12,12 @@ specification) beside its faster forms (docs/background.md, section 5):
     delta_rule.py        delta_rule (DeltaNet)
     gated_linear.py      gated_linear_attention (GLA's per-dimension gate, Mamba-2's per head)
     gated_delta_rule.py  gated_delta_rule (Gated DeltaNet)
+    dplr.py              gated_dplr (the gated DPLR rule: RWKV-7), kda_rule (KDA)
 """
 
 from models.kernels.common import MODES, check_mode
 from models.kernels.delta_rule import delta_rule
+from models.kernels.dplr import gated_dplr, kda_rule
 from models.kernels.gated_delta_rule import gated_delta_rule
 from models.kernels.gated_linear import gated_linear_attention
 from models.kernels.linear import (
@@ -36,7 +38,9 @@ __all__ = [
     "check_mode",
     "delta_rule",
     "gated_delta_rule",
+    "gated_dplr",
     "gated_linear_attention",
+    "kda_rule",
     "linear_attention",
     "linear_attention_cumsum",
     "normalized",

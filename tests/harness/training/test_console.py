@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.readouts.capacity import STILL_RISING, readout
 from harness.training.checkpoint import saved_step
 from harness.training.console import (
     human_bytes,
@@ -92,6 +93,23 @@ def test_a_load_curve_line_keeps_its_capacity_readout() -> None:
     line = job_line({**OK, "metrics": MQAR, "train": train, "capacity": capacity}, {})
     assert "kv pairs: n90 12.3 n50 27, capacity_limited" in line
     assert "at chance 0.008" in line
+
+
+def test_a_still_rising_run_reads_a_lower_bound_in_the_same_words_as_its_verdict() -> None:
+    """quick_curve's linear run: still rising, its n90 read past the judging load."""
+    found = readout(
+        {1: 1.0, 2: 0.97, 4: 0.93, 8: 0.6, 16: 0.2},
+        {1: 1.0, 2: 0.5, 4: 0.25, 8: 0.125, 16: 0.0625},
+        0.9,
+        STILL_RISING,
+    )
+    capacity = {**found, "load": "num_kv_pairs"}
+    train = {**OK["train"], "converged": False, "val_curve": [[100, 0.3], [200, 0.6]]}
+    train["floor"] = 0.125
+    line = job_line({**OK, "metrics": MQAR, "train": train, "capacity": capacity}, {})
+    assert "n90 >=4.26" in line and "capacity_limited" not in line
+    assert "training_limited (still rising: its readout is a lower bound, not a limit)" in line
+    assert "not converged (budget ran out while improving)" in line
 
 
 @pytest.mark.parametrize(

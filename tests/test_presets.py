@@ -30,13 +30,17 @@ def sweep_values(name: str) -> dict[str, list[str]]:
     return {o.get_key_element(): list(o.sweep_string_iterator()) for o in overrides}
 
 
+CELL = {"capacity_law": ["+state_size=deltanet_k4"]}
+"""A preset whose jobs are cells of a state sweep runs one cell."""
+
+
 def test_there_are_presets() -> None:
     assert {"retrieval_gap", "state_frontier", "needle_grid", "copy_length"} <= set(PRESETS)
 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_runs_one_tiny_job_through_debug_smoke(make_cfg, name: str) -> None:
-    cfg = make_cfg([f"experiment={name}", *SMOKE])
+    cfg = make_cfg([f"experiment={name}", *SMOKE, *CELL.get(name, [])])
     task_override = next(d for d in preset(name)["defaults"] if "override /task" in d)
     assert cfg.task.name == task_override["override /task"]
     for key, value in preset(name).get("task", {}).items():

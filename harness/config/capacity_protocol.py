@@ -63,7 +63,8 @@ def largest_load(cfg: DictConfig, bound: int, grows: bool) -> int:
         if asked is None:
             raise BadInput(
                 f"capacity.max_load=null: model.name={cfg.model.name}'s state grows with the "
-                "context, so the protocol has no rank bound to test past: set capacity.max_load"
+                "context, so the protocol has no rank bound to test past: set capacity.max_load, "
+                "or pick a mixer with a fixed state (+state_size=deltanet_k4)"
             )
         return int(asked)
     needed = multiple * bound
@@ -94,7 +95,8 @@ def context_for(cfg: DictConfig, loads: list[int]) -> int:
             if getattr(error, "name", None) != "seq_len":
                 break
     raise BadInput(
-        f"capacity.protocol=true: task.{last_error} (the protocol tests up to {loads[-1]} pairs)"
+        f"capacity.protocol=true: task.{last_error} (the protocol tests up to {loads[-1]} pairs: "
+        "raise task.vocab_size, or narrow the state)"
     )
 
 

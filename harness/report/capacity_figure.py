@@ -1,7 +1,8 @@
 """Capacity against state (`capacity_vs_state.png`; docs/background.md, section 17 and "The
 censored capacity law"): each run's n90 against its mixer's state per layer, log-log; each
 mixer's censored power law over the state sizes it read (`harness.report.capacity_law`), and
-its rank bound (H x D: the bindings a linear read-out of its state recovers exactly) dashed.
+its stack's rank bound (R = layers x H x D: the bindings a linear read-out of its states
+recovers exactly) dashed.
 
 A figure is fit, points and legend: `draw_fits`, `draw_runs`, `capacity_legend`. Every run the
 fit keeps is drawn: a filled marker where n90 is read between two tested loads, an arrow up
@@ -176,7 +177,7 @@ def capacity_legend(
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if bounds:
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
-        label = f"rank bound H x D (dashed){mean}"
+        label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(legend_entry(label, linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
         handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))

@@ -59,15 +59,15 @@ class MixerLaw:
         return f"exponent 1 {where} it"
 
     def against_floats(self) -> str:
-        """The primary model's AIC against the power law in floats'."""
+        """The power law in floats' b (where the floats do not move with R alone) and its AIC
+        against the primary model's."""
         if self.primary is None or self.n90 is None:
             return ""
         gap = self.n90.aic - self.primary.aic
-        better = "the rank-bound line" if gap > 0 else "the power law in floats"
-        return (
-            f"power law in floats b = {self.n90.shown()}, {better} fits better by "
-            f"{abs(gap):.1f} in AIC"
-        )
+        better = "the line in R" if gap > 0 else "the power law"
+        same = self.rank is not None and abs(self.rank.b - self.n90.b) < 5e-3
+        text = "floats in proportion to R here" if same else f"b in floats = {self.n90.shown()}"
+        return f"{text}; {better} fits better by {abs(gap):.1f} in AIC"
 
 
 def observations(runs: list[CapacityRun], name: str, axis: str = "floats") -> list:

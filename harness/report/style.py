@@ -23,15 +23,16 @@ order of legends, whatever the sweep holds."""
 STYLE_ORDER = (
     *("softmax", "based", "deltanet", "favor", "gated_deltanet", "gla", "identity", "linear"),
     *("mamba2", "retnet", "rff", "rwkv", "sliding_window", "gated_deltaproduct", "kda", "rwkv7"),
+    "log_linear_mamba2",
 )
 """The order in which mixers were given their colour and marker: a mixer registered later is
 appended (here, else after these by name), so that no mixer's style moves when one is added."""
 STYLED = (*STYLE_ORDER, *(name for name in KNOWN_MODELS if name not in STYLE_ORDER))
-MARKERS = "osDpX*8Phd^>v<Hx"
+MARKERS = "osDpX*8Phd^>v<Hx+"
 """One marker per registered mixer in `STYLED` order (matplotlib's 15 filled markers, then
-`x`, whose face is not drawn). The mixers a capacity law can fit (deltanet, gated_deltanet,
-gla, linear, mamba2, retnet) get no triangle, since the capacity figure draws its censored
-readouts as arrows with triangle heads."""
+`x` and `+`, whose faces are not drawn). The mixers a capacity law can fit (deltanet,
+gated_deltanet, gla, linear, mamba2, retnet) get no triangle, since the capacity figure draws
+its censored readouts as arrows with triangle heads."""
 GREYS = (plt.cm.tab10.colors[7], plt.cm.tab20.colors[15])
 PALETTE = tuple(c for c in (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2]) if c not in GREYS)
 """The registered mixers' colours (softmax is black): tab10, then tab20's light shades, their

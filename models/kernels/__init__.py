@@ -13,6 +13,7 @@ specification) beside its faster forms (docs/background.md, section 5):
     gated_linear.py      gated_linear_attention (GLA's per-dimension gate, Mamba-2's per head)
     gated_delta_rule.py  gated_delta_rule (Gated DeltaNet)
     dplr.py              gated_dplr (the gated DPLR rule: RWKV-7), kda_rule (KDA)
+    log_linear.py        log_linear_attention (log-linear Mamba-2: a Fenwick tree of states)
 """
 
 from models.kernels.common import MODES, check_mode
@@ -28,6 +29,7 @@ from models.kernels.linear import (
     taylor_linear_attention,
 )
 from models.kernels.linear_chunk import normalized
+from models.kernels.log_linear import log_linear_attention
 from models.kernels.rwkv4 import WKVState, rwkv4_wkv
 from models.kernels.softmax import softmax_attention
 
@@ -43,6 +45,7 @@ __all__ = [
     "kda_rule",
     "linear_attention",
     "linear_attention_cumsum",
+    "log_linear_attention",
     "normalized",
     "rwkv4_wkv",
     "softmax_attention",

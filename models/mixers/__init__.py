@@ -8,6 +8,7 @@ from models.mixers import (  # noqa: F401
     gla,
     kda,
     kernel_attention,
+    log_linear_mamba2,
     mamba2,
     retnet,
     rwkv,

@@ -46,6 +46,10 @@ CASES = [
     ("based", {}, 8, 2 * taylor(16) + 8),  # the window holds only the 8 tokens seen
     ("based", {"feature_dim": 4, "window": 32, "n_heads": 4}, 64, 4 * taylor(4) + 32),
     ("rwkv", {}, 64, D_MODEL),  # one rank-1 key per channel
+    # log-linear Mamba-2: ceil(log2 T) + 1 level states of rank d_state per head
+    ("log_linear_mamba2", {}, 64, 7 * 2 * 32),
+    ("log_linear_mamba2", {"d_state": 4}, 65, 8 * 2 * 4),
+    ("log_linear_mamba2", {"d_state": 4, "n_heads": 4}, 1, 1 * 4 * 4),
     # gated DPLR rule (KDA, RWKV-7): every transition acts on the key side of a d_k x d_v state
     ("kda", {}, 64, 2 * (D_MODEL // 2)),
     ("kda", {"head_k_dim": 4}, 64, 2 * 4),

@@ -10,7 +10,7 @@ from torch import nn
 from common.checks import is_real, require, require_int
 from models.kernels import check_mode, delta_rule
 from models.mixers.base import KeyValueStateMixer, State
-from models.mixers.head_norm import HeadRMSNorm
+from models.mixers.head_norm import HeadRMSNorm, l2norm
 from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
@@ -50,7 +50,7 @@ class DeltaNet(KeyValueStateMixer):
     """Per head, with d_k = `head_k_dim` and d_v = `head_v_dim` (expand_v * d_model / n_heads):
 
         q_t, k_t, v_t = SiLU(conv_4(W_{q,k,v} x_t))          (a causal depthwise conv each)
-        q_t <- q_t / (|q_t| sqrt(d_k)),   k_t <- k_t / |k_t|,   beta_t = sigmoid(w_beta^T x_t)
+        q_t <- l2norm(q_t) / sqrt(d_k),   k_t <- l2norm(k_t),   beta_t = sigmoid(w_beta^T x_t)
         S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T,   o_t = S_t^T q_t
         y_t = W_o RMSNorm_h(o_t)
 
@@ -64,6 +64,7 @@ class DeltaNet(KeyValueStateMixer):
     off for it (`owns_short_conv`). beta comes from a bias-free projection of the layer input,
     not of the convolved stream. The output is RMS-normalised per head (no output gate: fla's
     `use_gate=False`). Zoology's MQAR configs run 2 heads (head dim 32 at d_model 64).
+    l2norm(x) = x / sqrt(|x|^2 + 1e-6), fla's (`models.mixers.head_norm.l2norm`).
 
     `head_k_dim` is the state knob (`state_knob`): S is d_k x d_v per head, rank_bound H d_k
     (docs/background.md, section 17), with heads and d_v fixed. `head_v_dim` (None =
@@ -120,9 +121,9 @@ class DeltaNet(KeyValueStateMixer):
     def features(
         self, x: torch.Tensor, window: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """q (unit norm / sqrt(d_k)), k (unit norm): [B, H, T, d_k]; v: [B, H, T, d_v]; in
-        float32 or wider; and the convolution's window moved on (a one-token x with `window`
-        given: the recurrent step), else None."""
+        """q (l2norm / sqrt(d_k)), k (l2norm: fla's x / sqrt(|x|^2 + 1e-6)): [B, H, T, d_k];
+        v: [B, H, T, d_v]; in float32 or wider; and the convolution's window moved on (a
+        one-token x with `window` given: the recurrent step), else None."""
         projected = self.qkv(x)
         if self.conv is None:
             projected = F.silu(projected)
@@ -134,8 +135,8 @@ class DeltaNet(KeyValueStateMixer):
         q, k, v = projected.split(self.widths, -1)
         with autocast_off(x):
             q, k, v = at_least_fp32(self.heads(q), self.heads(k), self.heads(v))
-            q = F.normalize(q, dim=-1) * self.head_k_dim**-0.5
-            return q, F.normalize(k, dim=-1), v, window
+            q = l2norm(q) * self.head_k_dim**-0.5
+            return q, l2norm(k), v, window
 
     def write_rate(self, x: torch.Tensor) -> torch.Tensor:
         """beta = sigmoid(w_beta^T x): [B, H, T] in (0, 1), float32 or wider."""

@@ -10,8 +10,7 @@ from common.checks import require, require_int
 from models.kernels import check_mode, gated_delta_rule
 from models.mixers.base import KeyValueStateMixer, State
 from models.mixers.deltanet import head_dims
-from models.mixers.head_norm import HeadRMSNorm
-from models.mixers.kda import l2norm
+from models.mixers.head_norm import HeadRMSNorm, l2norm
 from models.mixers.mamba2 import MambaGate
 from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off

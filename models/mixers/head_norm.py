@@ -1,11 +1,23 @@
-"""The per-head output norm of the fla layers (DeltaNet, Gated DeltaNet, GLA): RMSNorm of each
-head's output, optionally gated (docs/background.md, section 16)."""
+"""The norms of the fla layers: the per-head output norm (DeltaNet, Gated DeltaNet, GLA): RMSNorm
+of each head's output, optionally gated (docs/background.md, section 16); and the L2 norm of
+the delta rule's queries and keys (`l2norm`)."""
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models.precision import autocast_off
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(|x|^2 + eps) over the last dimension, eps = 1e-6 under the root: fla's `l2norm`
+    (`fla/modules/l2norm.py`), with which fla's delta-rule layers normalise q and k. Not
+    `F.normalize`'s x / max(|x|, 1e-12): the two differ by a relative eps / (2 |x|^2) at
+    |x|^2 >> eps (1e-6 at unit norm, 1e-4 at 0.1), and near |x|^2 = eps fla's output has norm
+    about 1 / sqrt(2), shrinking to |x| / sqrt(eps) -> 0 at x -> 0, where `F.normalize`'s stays
+    at 1 down to |x| = 1e-12. Used by `deltanet`, `gated_deltanet`, `kda` and
+    `gated_deltaproduct`."""
+    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
 class HeadRMSNorm(nn.Module):

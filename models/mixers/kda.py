@@ -13,16 +13,10 @@ from models.kernels import check_mode
 from models.kernels.dplr import kda_rule
 from models.mixers.base import KeyValueStateMixer, State
 from models.mixers.deltanet import head_dims
-from models.mixers.head_norm import HeadRMSNorm
+from models.mixers.head_norm import HeadRMSNorm, l2norm
 from models.mixers.short_conv import ShortConvolution
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
-
-
-def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x / sqrt(|x|^2 + eps) over the last dimension, as fla's `l2norm` (not `F.normalize`'s
-    x / max(|x|, 1e-12))."""
-    return x * torch.rsqrt(x.square().sum(-1, keepdim=True) + eps)
 
 
 @register("kda")

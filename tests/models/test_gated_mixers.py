@@ -195,15 +195,18 @@ def test_mamba2_per_head_B_and_C_step_reproduces_forward() -> None:
 
 
 def test_gated_deltanet_q_k_unit_norm_beta_in_0_1_mamba_gate() -> None:
-    """q, k of norm d_k^-1/2 and 1; beta = sigmoid of a bias-free projection of the layer
-    input; log a = -A softplus(w_a^T x + dt_bias) with A in (0, 16] (fla's range)."""
+    """q, k of norm d_k^-1/2 and 1 (fla's l2norm: |x| / sqrt(|x|^2 + 1e-6) before the
+    scale); beta = sigmoid of a bias-free projection of the layer input; log a = -A
+    softplus(w_a^T x + dt_bias) with A in (0, 16] (fla's range)."""
     mixer = make("gated_deltanet")
     x = 10 * inputs()
     q, k, v, _ = mixer.features(x)
     beta, log_gate = mixer.write_rate(x), mixer.log_gate(x)
-    ones = torch.ones(q.shape[:3])
-    torch.testing.assert_close(q.norm(dim=-1), ones * mixer.head_k_dim**-0.5)
-    torch.testing.assert_close(k.norm(dim=-1), ones)
+    raw_q, raw_k, _ = mixer.conv(mixer.qkv(x)).split(mixer.widths, -1)
+    for out, raw, scale in ((q, raw_q, mixer.head_k_dim**-0.5), (k, raw_k, 1.0)):
+        n = raw.view(*raw.shape[:2], mixer.n_heads, -1).transpose(1, 2).norm(dim=-1)
+        torch.testing.assert_close(out.norm(dim=-1), scale * n / torch.sqrt(n**2 + 1e-6))
+        torch.testing.assert_close(out.norm(dim=-1), scale * torch.ones_like(n), rtol=1e-5, atol=0)
     assert mixer.beta.bias is None
     torch.testing.assert_close(beta, torch.sigmoid(x @ mixer.beta.weight.T).transpose(1, 2))
     dt = F.softplus(x @ mixer.forget_input.weight.T + mixer.forget_gate.dt_bias).transpose(1, 2)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from models import build_mixer
 from models.backbone import LanguageModel
+from models.mixers.head_norm import l2norm
 from models.mixers.short_conv import ShortConvolution
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
@@ -27,6 +28,40 @@ def inputs(T: int = 21, seed: int = 1) -> torch.Tensor:
     return torch.randn(2, T, D_MODEL, generator=torch.Generator().manual_seed(seed))
 
 
+def fla_l2norm(x: torch.Tensor) -> torch.Tensor:
+    """fla's `l2norm` written out: x / sqrt(sum x^2 + 1e-6) over the last dimension."""
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.1, 1e-2, 1e-3, 3e-4, 1e-4, 0.0])
+def test_l2norm_is_x_over_the_root_of_its_square_plus_1e_6(scale: float) -> None:
+    """The delta rule's q, k normalisation (fla's `l2norm`), against the formula at every
+    scale down to |x|^2 near 1e-6 and below, where it parts from `F.normalize`: at
+    |x|^2 = 1e-6 exactly the output's norm is 1 / sqrt(2), and x = 0 gives 0."""
+    x = torch.randn(3, 5, 8, generator=torch.Generator().manual_seed(0))
+    x = scale * x / x.norm(dim=-1, keepdim=True)  # |x| = scale in every row
+    expected = x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(l2norm(x), expected, rtol=1e-14, atol=0.0)
+    norms = l2norm(x).norm(dim=-1)
+    torch.testing.assert_close(norms, torch.full_like(norms, scale / (scale**2 + 1e-6) ** 0.5))
+    if scale == 1e-3:  # |x|^2 = eps: half-way, where F.normalize would still give 1
+        torch.testing.assert_close(norms, torch.full_like(norms, 2**-0.5))
+        torch.testing.assert_close(F.normalize(x, dim=-1).norm(dim=-1), torch.ones_like(norms))
+
+
+@pytest.mark.parametrize("name", ["deltanet", "kda", "gated_deltaproduct"])
+def test_the_delta_rule_mixers_share_the_one_l2norm(name: str) -> None:
+    """Each mixer that normalises q and k the delta rule's way calls the one helper
+    (`gated_deltanet` through DeltaNet's `features`)."""
+    import importlib
+
+    from models.mixers.deltanet import DeltaNet
+    from models.mixers.gated_deltanet import GatedDeltaNet
+
+    assert importlib.import_module(f"models.mixers.{name}").l2norm is l2norm
+    assert GatedDeltaNet.features is DeltaNet.features
+
+
 def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """SiLU(sum_i w_i x_{t-i}) per channel by an explicit loop: x [B, T, C], weight [C, 1, K]
     (nn.Conv1d's layout: w[..., K - 1] multiplies the current token)."""
@@ -41,7 +76,8 @@ def causal_conv_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("name", ["deltanet", "gated_deltanet"])
 def test_q_k_v_each_get_their_own_causal_conv_and_silu_then_l2(name: str) -> None:
     """q, k, v = SiLU(conv(W x)) with one filter per channel and no bias (fla's conv_bias
-    False); q / (|q| sqrt(d_k)), k / |k|; v as convolved."""
+    False); q / (sqrt(|q|^2 + 1e-6) sqrt(d_k)), k / sqrt(|k|^2 + 1e-6) (fla's l2norm); v as
+    convolved."""
     mixer = make(name)
     assert mixer.conv.conv.bias is None and mixer.conv.kernel_size == 4
     x = inputs()
@@ -52,8 +88,8 @@ def test_q_k_v_each_get_their_own_causal_conv_and_silu_then_l2(name: str) -> Non
     def heads(p: torch.Tensor) -> torch.Tensor:
         return p.view(2, x.shape[1], mixer.n_heads, -1).transpose(1, 2)
 
-    torch.testing.assert_close(q, F.normalize(heads(hq), dim=-1) * mixer.head_k_dim**-0.5)
-    torch.testing.assert_close(k, F.normalize(heads(hk), dim=-1))
+    torch.testing.assert_close(q, fla_l2norm(heads(hq)) * mixer.head_k_dim**-0.5)
+    torch.testing.assert_close(k, fla_l2norm(heads(hk)))
     torch.testing.assert_close(v, heads(hv))
 
 
@@ -74,7 +110,7 @@ def test_a_key_can_take_the_previous_token_while_the_query_keeps_the_current_one
     wq, wk, _ = mixer.qkv.weight.split(mixer.widths, 0)
 
     def unit(p: torch.Tensor) -> torch.Tensor:
-        return F.normalize(F.silu(p).view(2, -1, mixer.n_heads, mixer.head_k_dim), dim=-1)
+        return fla_l2norm(F.silu(p).view(2, -1, mixer.n_heads, mixer.head_k_dim))
 
     torch.testing.assert_close(k[:, :, 1:], unit(x[:, :-1] @ wk.T).transpose(1, 2))
     torch.testing.assert_close(q, unit(x @ wq.T).transpose(1, 2) * mixer.head_k_dim**-0.5)

@@ -16,13 +16,14 @@ of its layers' bounds), so that its readout can be set by the state alone and no
 
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, open_dict
 
 from harness.config.hashing import params_of
 from harness.config.refusal import BadInput
-from models.backbone import LanguageModel
-from tasks import build_task
+
+DERIVED = ("task.seq_len", "task.num_kv_pairs", "task.load_weights", "task.test")
+"""The settings the protocol derives from the stack's rank bound: a cell's knob sets them, so
+they are never a parameter of their own in a report."""
 
 CONTEXT_STEP = 64
 """The context grows in multiples of this many tokens."""
@@ -41,6 +42,10 @@ def load_grid(largest: float) -> list[int]:
 def stack_rank_bound(cfg: DictConfig) -> tuple[int, bool]:
     """(R, grows): the stack's rank bound at the task's `seq_len` (the model built as the run
     builds it, on a throwaway seed) and whether its state grows with the context."""
+    import torch  # the model's frameworks, only once a run needs them
+
+    from models.backbone import LanguageModel
+
     seq_len = int(cfg.task.seq_len)
     with torch.random.fork_rng():
         model = LanguageModel(
@@ -81,6 +86,8 @@ def context_for(cfg: DictConfig, loads: list[int]) -> int:
     """The task's `seq_len`, raised to the smallest multiple of `CONTEXT_STEP` whose task
     holds the largest load (the task's own check decides); a refusal when none up to
     `MAX_CONTEXT` does, or when the load is invalid for another reason (the vocabulary)."""
+    from tasks import build_task
+
     params = params_of(cfg.task)
     params.update(num_kv_pairs=[1, loads[-1]], load_weights=None)
     seq_len = int(cfg.task.seq_len)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config.capacity_protocol import DERIVED
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 
 AVERAGED = ("seed", "data.seed")
@@ -106,11 +107,22 @@ def refused(row: dict) -> bool:
     return row.get("status") == FAILED and "state.floats_per_layer" not in row
 
 
+def derived(column: str) -> bool:
+    """A task setting the capacity protocol derives from the cell's rank bound."""
+    return column.startswith(DERIVED)
+
+
 def varied(rows: list[dict], columns: list[str]) -> list[str]:
-    """Columns that take more than one value within some (task, model)."""
+    """Columns that take more than one value within some (task, model); a setting the
+    capacity protocol derived (`harness.config.capacity_protocol.DERIVED`) counts only in the
+    runs without the protocol."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         groups[(row.get("task"), row.get("model"))].append(row)
+    plain = [r for r in rows if not r.get("capacity.protocol")]
+    if len(plain) < len(rows):
+        kept = varied(plain, columns) if plain else []
+        columns = [c for c in columns if not derived(c) or c in kept]
 
     def varies(column: str) -> bool:
         return any(

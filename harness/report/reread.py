@@ -8,6 +8,8 @@ from harness.readouts.capacity import readout_of
 from harness.records.schema import OK
 
 CAPACITY = "capacity."
+SETTINGS = tuple(key for key in defaults() if key.startswith(CAPACITY))
+"""The run's `capacity.*` settings (threshold, protocol, ...), kept beside the readouts."""
 TRAIN = "train."
 
 
@@ -31,8 +33,7 @@ def reread(rows: list[dict], threshold: float) -> list[dict]:
     error, `plateau.min_delta`); a run without a load curve keeps none."""
     out = []
     for row in rows:
-        kept = {k: v for k, v in row.items() if not k.startswith(CAPACITY)}
-        kept["capacity.threshold"] = row.get("capacity.threshold")
+        kept = {k: v for k, v in row.items() if not k.startswith(CAPACITY) or k in SETTINGS}
         if row.get("status") == OK:
             train = {k[len(TRAIN) :]: v for k, v in row.items() if k.startswith(TRAIN)}
             found = readout_of(

@@ -62,7 +62,10 @@ def advice(readouts: list[dict], largest: str) -> str:
         tips.append("raise trainer.max_steps for the training_limited seeds")
     if any(r.get("training") == STILL_RISING for r in readouts if r.get("why") != STILL_RISING):
         tips.append("readouts of runs still rising are lower bounds: more steps can raise them")
-    if why[BELOW_JUDGING_LOAD] == len(readouts):
+    read_above = [
+        r for r in readouts if r.get("why") not in (AT_FLOOR, STILL_RISING, BELOW_JUDGING_LOAD)
+    ]
+    if why[BELOW_JUDGING_LOAD] and not read_above:
         tips.append("its state holds less than the judging load: widen it to read its n90")
     elif why[BELOW_JUDGING_LOAD]:
         tips.append(

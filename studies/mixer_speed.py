@@ -1,0 +1,121 @@
+"""The training step of chosen mixers against softmax, and each chunk form against its step loop:
+`python -m studies.mixer_speed [--mixers kda,rwkv7,...] [--seq-lens 64,1024] [--batch 16]`.
+
+One process, torch threads 1 (`--threads`). The model is `python run.py model=<name>`'s
+language model (conf/config.yaml: backbone d_model 64, 2 layers; the default task's
+vocabulary; conf/model/<name>.yaml), built for length T. A step is forward + cross-entropy +
+backward on a fixed batch of random tokens (`--batch`, default 16), no optimiser. At each T
+the cells step in turn (one step of each, repeated `--reps` times after a warm-up step), so
+that a change of machine load slows every cell alike; a cell's time is its median step, by
+the process's CPU time (`--clock cpu`, the default: robust to other processes on a shared
+machine, with one thread) or the wall clock.
+
+Printed: per T, each mixer's tokens/s and its ratio to softmax's (softmax = 1); at the
+`--recurrent-at` length, the same mixer with `mode="recurrent"` (the step loop, the
+specification) and the chunk form's speed-up over it."""
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from harness.config.compose import compose_config
+from harness.config.hashing import params_of
+from models.backbone import LanguageModel
+from studies.threads import torch_threads
+
+REFERENCE = "softmax"
+MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
+
+
+@dataclass
+class Cell:
+    """One model at one T: its fixed batch and measured step times."""
+
+    label: str
+    model: LanguageModel
+    tokens: torch.Tensor
+    labels: torch.Tensor
+    times: list[float] = field(default_factory=list)
+
+    def step(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        logits = self.model(self.tokens)
+        F.cross_entropy(logits.flatten(0, 1), self.labels.flatten()).backward()
+
+    def timed_step(self, clock: Callable[[], float]) -> None:
+        t0 = clock()
+        self.step()
+        self.times.append(clock() - t0)
+
+    def tokens_per_s(self) -> float:
+        return self.tokens.numel() / statistics.median(self.times)
+
+
+def make_cell(name: str, T: int, batch: int, mode: str | None = None) -> Cell:
+    """The default language model with mixer `name` (mode overridden if given), seed 0, and a
+    batch of random tokens (every position labelled)."""
+    cfg = compose_config([f"model={name}", "logger=none"])
+    params = params_of(cfg.model)
+    if mode is not None:
+        params["mode"] = mode
+    torch.manual_seed(0)
+    model = LanguageModel(cfg.task.vocab_size, T, cfg.model.name, params, **cfg.backbone).train()
+    g = torch.Generator().manual_seed(T)
+    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
+    label = name if mode is None else f"{name} ({mode})"
+    return Cell(label, model, tokens[:, :-1], tokens[:, 1:])
+
+
+def measure(cells: list[Cell], reps: int, clock: Callable[[], float]) -> None:
+    for cell in cells:
+        cell.step()  # warm-up
+    for _ in range(reps):
+        for cell in cells:
+            cell.timed_step(clock)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mixers", default=",".join(MIXERS))
+    parser.add_argument("--seq-lens", default="64,1024")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=5, help="timed steps per cell")
+    parser.add_argument("--recurrent-at", type=int, default=1024, help="T of chunk vs step loop")
+    parser.add_argument("--recurrent-reps", type=int, default=2)
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args = parser.parse_args()
+    mixers = [m for m in args.mixers.split(",") if m]
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.clock == "cpu" and args.threads != 1:
+        parser.error("--clock cpu counts one thread's time: use --threads 1")
+    with torch_threads(args.threads):
+        for T in map(int, args.seq_lens.split(",")):
+            cells = [make_cell(name, T, args.batch) for name in [REFERENCE, *mixers]]
+            measure(cells, args.reps, clock)
+            reference = cells[0].tokens_per_s()
+            print(f"\nT = {T}, batch {args.batch}, {args.reps} steps each ({args.clock} clock)")
+            print("| mixer | tokens/s | vs softmax |")
+            print("|---|---|---|")
+            for cell in cells:
+                rate = cell.tokens_per_s()
+                print(f"| {cell.label} | {rate:,.0f} | {rate / reference:.2f} |", flush=True)
+            if args.recurrent_at != T:
+                continue
+            loops = [make_cell(name, T, args.batch, mode="recurrent") for name in mixers]
+            measure(loops, args.recurrent_reps, clock)
+            print(f"\nT = {T}: chunk form against the step loop (mode='recurrent')")
+            print("| mixer | chunk tokens/s | recurrent tokens/s | chunk / recurrent |")
+            print("|---|---|---|---|")
+            for chunk, loop in zip(cells[1:], loops, strict=True):
+                a, b = chunk.tokens_per_s(), loop.tokens_per_s()
+                print(f"| {chunk.label} | {a:,.0f} | {b:,.0f} | {a / b:.1f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

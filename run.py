@@ -1,6 +1,7 @@
 """Entry point: `python run.py task=assoc_recall model=favor` (Hydra composes conf/); the
 command line's names are checked first (`harness.config.command_line`), and the failure policy (exit
-codes, a sweep that goes on) is `harness.records.failures`."""
+codes, a sweep that goes on) is `harness.records.failures`. torch and Lightning are imported
+after that (with `harness.train`): `--help` and a refusal answer without them."""
 
 import os
 import sys
@@ -16,13 +17,15 @@ from omegaconf import DictConfig  # noqa: E402
 from harness.config.command_line import check_command_line  # noqa: E402
 from harness.config.compose import CONF_DIR  # noqa: E402  (also registers the presets' resolvers)
 from harness.config.help import register_help  # noqa: E402
-from harness.records.failures import hydra_task, sweep_exit_code  # noqa: E402
-from harness.train import run  # noqa: E402
+from harness.records.failures import check_early, hydra_task, sweep_exit_code  # noqa: E402
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 @hydra_task
 def main(cfg: DictConfig) -> dict:
+    check_early(cfg)
+    from harness.train import run  # torch and Lightning
+
     return run(cfg)
 
 

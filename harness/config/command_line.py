@@ -20,7 +20,6 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-import lightning as L
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
@@ -209,7 +208,11 @@ def check_key(
 
 
 def lightning_arguments() -> set[str]:
-    """The arguments of Lightning's `Trainer`, which `+trainer.<name>=...` may add."""
+    """The arguments of Lightning's `Trainer`, which `+trainer.<name>=...` may add (Lightning
+    is imported here, for a `+trainer.` key only: the rest of the command line is checked
+    without it)."""
+    import lightning as L
+
     return set(inspect.signature(L.Trainer.__init__).parameters) - {"self"}
 
 

@@ -13,8 +13,8 @@ from omegaconf import DictConfig, ListConfig
 
 from common.checks import require, require_choice
 from harness.config.hydra_job import in_multirun
+from harness.config.settings import ACCELERATORS
 
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 DATA_PARALLEL = ("auto", "ddp")
 """Strategies whose processes run this very run (Lightning relaunches the command, or
 SLURM starts one task per device); `ddp_spawn`/`ddp_fork` would keep the record's metrics

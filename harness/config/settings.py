@@ -16,18 +16,20 @@ registered constructors, `backbone.*` by `models.backbone.LanguageModel`.
 
 Types: `int`, `float` (an int is a number too), `bool` (`true`/`false`, never a word such as
 `yes`), `str`, `Literal[...]` (one of the choices), `X | None` (null allowed, with the meaning
-given). A key declared with `ABSENT` is not in the default config (a group option such as
-`trainer=ddp` sets it, or `+trainer.<key>=` adds it) and is checked when present."""
+given); a key whose choices are Lightning's (`trainer.precision`, `trainer.strategy`) names the
+function that lists them (`choices=`), called when such a key is checked: importing this module
+imports neither torch nor Lightning (`python run.py --help` answers before them). A key
+declared with `ABSENT` is not in the default config (a group option such as `trainer=ddp` sets
+it, or `+trainer.<key>=` adds it) and is checked when present."""
 
+import functools
 import typing
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
-from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require
-from harness.config.devices import ACCELERATORS
 from harness.config.framework_internals import lightning_precisions
 
 DECAY_CHOICES = ("matrices", "all")
@@ -46,11 +48,25 @@ class _Absent:
 ABSENT: Any = _Absent()
 """The default of a key that the default config does not have."""
 
-PRECISIONS = lightning_precisions()
-"""Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
-STRATEGIES = ("auto", *StrategyRegistry.available_strategies())
-"""Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...); `harness.config.devices`
-narrows them for a data-parallel run."""
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+"""`trainer.accelerator`; `harness.config.devices` checks the request against the machine."""
+
+
+@functools.cache
+def precisions() -> tuple:
+    """Lightning's `precision` values (`32-true`, `bf16-mixed`, `16-mixed`, 32, ...)."""
+    return lightning_precisions()
+
+
+@functools.cache
+def strategies() -> tuple:
+    """Lightning's registered strategies (`ddp`, `ddp_spawn`, `fsdp`, ...);
+    `harness.config.devices` narrows them for a data-parallel run."""
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return ("auto", *StrategyRegistry.available_strategies())
+
+
 WANDB_MODES = ("offline", "online", "disabled")
 LOGGERS = ("none", "wandb")
 """The `logger` group's options (conf/logger/<name>.yaml), each naming itself in `name`."""
@@ -66,11 +82,14 @@ def setting(
     note: str = "",
     check: typing.Callable[[Any], bool] | None = None,
     allowed: str | None = None,
+    choices: typing.Callable[[], tuple] | None = None,
 ) -> Any:
     """A declared field: its `default`, its range (`low <= value`, `above < value`,
     `value <= high`), what null means where null is allowed (`none`), a `note` on the
-    allowed values; or its own `check` with the `allowed` text it refuses with."""
-    meta = dict(low=low, above=above, high=high, none=none, note=note, check=check)
+    allowed values; or its own `check` with the `allowed` text it refuses with; or the
+    function that lists a framework's `choices` (as a `Literal`, read when checked)."""
+    meta = dict(low=low, above=above, high=high, none=none, note=note)
+    meta.update(check=check, choices=choices)
     return field(default=default, metadata={**meta, "allowed": allowed})
 
 
@@ -143,7 +162,7 @@ class Trainer:
 
     accelerator: Literal[ACCELERATORS] = "auto"
     devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.config.devices")
-    precision: Literal[PRECISIONS] = "32-true"
+    precision: Any = setting("32-true", choices=precisions)
     max_steps: int = setting(1500, low=1)
     max_epochs: int | None = setting(-1, low=-1, none="no epoch limit", note="-1: no limit")
     val_check_interval: int | float = setting(
@@ -160,7 +179,7 @@ class Trainer:
         False, check=lambda v: isinstance(v, bool) or v == "warn", allowed="true, false or warn"
     )
     use_distributed_sampler: bool = False
-    strategy: Literal[STRATEGIES] = ABSENT
+    strategy: Any = setting(ABSENT, choices=strategies)
     num_nodes: int = setting(ABSENT, low=1)
     gradient_clip_val: None = setting(
         ABSENT, check=lambda v: v is None, allowed="unset: the clip value lives in optim.grad_clip"
@@ -212,7 +231,9 @@ class Setting:
 
     @property
     def base(self) -> Any:
-        """The type without `| None`."""
+        """The type without `| None`; a framework's `choices` as a `Literal` of them."""
+        if self.meta.get("choices") is not None:
+            return Literal[self.meta["choices"]()]
         args = [a for a in typing.get_args(self.kind) if a is not type(None)]
         if typing.get_origin(self.kind) is Literal or len(args) != 1:
             return self.kind
@@ -308,11 +329,21 @@ def defaults() -> dict[str, Any]:
     return {k: s.default for k, s in declared().items() if s.default is not ABSENT}
 
 
-def check_settings(cfg: DictConfig) -> None:
+def check_settings(cfg: DictConfig, frameworks: bool = True) -> None:
     """Hold a composed config to the declaration: every declared key it has must be of the
     declared type, in range; raises one `ValueError` naming the full key, the value and what
-    is allowed. Keys the config does not have (`logger.project` with `logger=none`) pass."""
+    is allowed. Keys the config does not have (`logger.project` with `logger=none`) pass.
+
+    `frameworks=False` asks neither torch nor Lightning (a refusal before they are imported):
+    a key whose choices are Lightning's passes at its declared default, and at any other
+    value the check stops there, the keys from it on left to the full check, so that the
+    first refusal is the one the full check gives."""
     for key, spec in declared().items():
         value = OmegaConf.select(cfg, key, default=ABSENT)
-        if value is not ABSENT:
-            spec.check(value)
+        if value is ABSENT:
+            continue
+        if not frameworks and spec.meta.get("choices") is not None:
+            if value == spec.default and type(value) is type(spec.default):
+                continue
+            return
+        spec.check(value)

@@ -33,10 +33,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from harness.config.hashing import config_hash
 from harness.config.hydra_job import output_dir, sweep_dir
-from harness.config.refusal import BadInput, full_error, refused
+from harness.config.refusal import BadInput, as_bad_input, full_error, refused
+from harness.config.settings import check_settings
 from harness.records.schema import DIVERGED, FAILED, INTERRUPTED, TRACEBACK
-from models.mixers.base import DenominatorCollapse
 
 EXIT_FAILED_JOBS = 1
 """A sweep that ends with a failed or interrupted job (the other jobs ran)."""
@@ -68,6 +69,8 @@ class Outcome:
 
 def outcome(error: BaseException) -> Outcome:
     """The record's status and error for an exception raised by a run."""
+    from models.mixers.base import DenominatorCollapse  # torch: imported by the run already
+
     if isinstance(error, Diverged):
         return Outcome(DIVERGED, str(error), error.step)
     if isinstance(error, DenominatorCollapse):
@@ -148,6 +151,25 @@ def forget(folder: Path) -> None:
             break
         with contextlib.suppress(OSError):
             parent.rmdir()  # only succeeds when empty
+
+
+def check_early(cfg: DictConfig) -> None:
+    """Raise `BadInput` for a bad run-level setting (`threads=two`) before torch and Lightning
+    are imported (`run.py`), where the refusal is all that the run would leave: a single run
+    in a folder of its own (`forget`), without `HYDRA_FULL_ERROR=1`. The line is the one the
+    run's own check gives (`harness.config.settings.check_settings`, `frameworks=False`: the
+    keys whose choices are Lightning's are left to the run); elsewhere, and for a config that
+    does not resolve, the run checks and records as ever."""
+    if full_error() or sweep_dir() is not None:
+        return
+    if output_dir(cfg).resolve() not in NEW_RUN_DIRS:
+        return
+    try:
+        config_hash(cfg)  # the run's first step: a config that does not resolve is its to report
+    except Exception:  # noqa: BLE001
+        return
+    with as_bad_input():
+        check_settings(cfg, frameworks=False)
 
 
 def hydra_task(run: Callable[[DictConfig], dict]) -> Callable[[DictConfig], float | None]:

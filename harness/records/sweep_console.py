@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.compose import CONF_DIR
 from harness.records.failures import LAST_SWEEP, NEW_RUN_DIRS
 from harness.records.schema import status_of, tally
-from harness.records.sweep import describe_sweep, end_launch, records_of
 
 
 def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
@@ -54,6 +53,8 @@ class SweepConsole(Callback):
             NEW_RUN_DIRS.add(run_dir)
 
     def on_multirun_start(self, config: DictConfig, **_: Any) -> None:
+        from harness.records.sweep import describe_sweep  # pandas, torch: not for a single run
+
         sweep = Path(config.hydra.sweep.dir)
         jobs, swept = sweep_plan(config)
         logger = config.get("logger") or {}
@@ -72,6 +73,8 @@ class SweepConsole(Callback):
         print(f"sweep: {sweep} ({jobs if jobs else 'unknown number of'} jobs)", flush=True)
 
     def on_multirun_end(self, config: DictConfig, **_: Any) -> None:
+        from harness.records.sweep import end_launch, records_of
+
         sweep = Path(config.hydra.sweep.dir)
         end_launch(sweep)
         statuses = Counter(status_of(r) for r in records_of(sweep))

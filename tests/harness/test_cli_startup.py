@@ -1,0 +1,60 @@
+"""The command line answers before the heavy imports: `python run.py --help`, a mistyped option
+(`model=nosuch`) and a bad value (`threads=two`) are answered without importing torch or
+Lightning, and `python -m harness.report --help` without Lightning. Each command runs in a
+fresh interpreter with `-X importtime`, whose log names every module the process imported."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, cli_env
+
+HEAVY = ("torch", "lightning")
+RUN = str(REPO / "run.py")
+
+COMMANDS = {
+    "help": ([RUN, "--help"], 0, HEAVY),
+    "unknown option": ([RUN, "model=nosuch"], 2, HEAVY),
+    "bad value": ([RUN, "threads=two"], 2, HEAVY),
+    "report help": (["-m", "harness.report", "--help"], 0, ("lightning",)),
+}
+"""name -> (arguments after `python -X importtime`, exit code, modules it must not import)."""
+
+
+def imported(log: str) -> set[str]:
+    """The top-level packages an `-X importtime` log says the process imported."""
+    return {m.group(1) for m in re.finditer(r"^import time:.*\|\s+([\w]+)$", log, re.M)}
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str]]:
+    """Every command's (exit code, stderr), started together (each takes seconds)."""
+    cwd: Path = tmp_path_factory.mktemp("startup")
+    logs = {name: cwd / f"{i}.log" for i, name in enumerate(COMMANDS)}
+    procs = {}
+    for name, (args, _, _) in COMMANDS.items():
+        with logs[name].open("w") as log:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-X", "importtime", *args],
+                cwd=REPO if args[0] == "-m" else cwd,
+                env=cli_env(cwd),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+    out = {name: (p.wait(timeout=300), logs[name].read_text()) for name, p in procs.items()}
+    assert not (cwd / "outputs").exists()  # the refused run left no folder
+    return out
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_command_line_answers_before_torch_and_lightning(answers, name: str) -> None:
+    code, log = answers[name]
+    _, expected_code, forbidden = COMMANDS[name]
+    assert code == expected_code, log[-2000:]
+    assert not imported(log) & set(forbidden)
+    if expected_code == 2:
+        (line,) = [s for s in log.splitlines() if not s.startswith("import time:")]
+        assert line.startswith("error: ") and " is " in line

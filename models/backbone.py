@@ -11,6 +11,14 @@ from models.registry import build_mixer
 from models.stack import Layer, stack_layers
 
 POSITIONAL = ("learned", "none")
+INITS = ("torch", "fla")
+"""`init`: PyTorch's default initialisation of every module, or fla's models' (`fla_init`)."""
+FLA_INIT_STD = 0.02
+"""fla's `initializer_range`: the std of every Linear, Conv1d and Embedding weight."""
+OWN_INIT_MIXERS = ("rwkv7",)
+"""Mixers whose modules fla's model leaves to the layer's own initialisation (fla flags every
+module of `RWKV7Attention` `_in_rwkv_module`, and `RWKV7PreTrainedModel._init_weights` skips
+them)."""
 
 
 class ShortConv(nn.Module):
@@ -111,6 +119,39 @@ class Block(nn.Module):
         return record
 
 
+def fla_init(model: nn.Module, std: float = FLA_INIT_STD) -> None:
+    """Re-initialise `model` as fla's models do after construction (`_init_weights` of
+    `fla/models/<name>/modeling_<name>.py`, e.g. `GatedDeltaNetPreTrainedModel`): every
+    nn.Linear and nn.Conv1d weight (projections, the mixers' and the block's short convs, the
+    MLP, the LM head) drawn from N(0, std^2) with std = 0.02 (`initializer_range`), every
+    such bias set to zero, and every nn.Embedding weight (tokens, learned positions) drawn
+    from N(0, std^2) too, as fla's `_init_weights` does; norms and the mixers' own parameters
+    (A_log, dt_bias, gains, mixes) keep what their constructors drew, which are fla's
+    distributions already (fla re-draws A_log and dt_bias from the same ranges).
+    Skipped, as fla skips them: every module inside a mixer named in `OWN_INIT_MIXERS`
+    (RWKV-7 keeps its orthogonal and zero initialisations). fla's `_no_reinit` flags are set
+    only on Mamba-1's dt_proj bias and, with `conv_init` set (default None), the Mamba-2
+    convs: neither exists here. Not mirrored: the Mamba-2 family's
+    `rescale_prenorm_residual` (out_proj redrawn as kaiming / sqrt(2 n_layers)) and the RWKV-7
+    model's own embedding (uniform +-1e-4) and head (orthogonal), because the backbone
+    around the mixers is one for every mixer here. Draws from the torch RNG, module by
+    module in `model.modules()` order."""
+    skip: set[int] = set()
+    for module in model.modules():
+        if getattr(module, "registry_name", None) in OWN_INIT_MIXERS:
+            skip.update(id(m) for m in module.modules())
+    with torch.no_grad():
+        for module in model.modules():
+            if id(module) in skip:
+                continue
+            if isinstance(module, (nn.Linear, nn.Conv1d)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+
+
 def build_layer(layer: Layer, d_model: int) -> nn.Module:
     """The layer's mixer; a hybrid layer's bad parameter is named by its entry
     (`layers[1].n_heads=3 is invalid: ...`)."""
@@ -135,7 +176,12 @@ class LanguageModel(nn.Module):
     previous-token features; 0 = none. A mixer with its own convolutions
     (`owns_short_conv`) has no shared one. `mlp_ratio=0` gives blocks without an MLP.
     `pos_emb="learned"` cannot run past `max_seq_len`; `"none"` relies on the mixer (and the
-    short convolution) for order and runs at any length."""
+    short convolution) for order and runs at any length.
+
+    `init="torch"` (default) keeps PyTorch's initialisation of every module (and each
+    mixer's own); `init="fla"` then re-initialises the model as fla's models do: Linear,
+    Conv1d and Embedding weights from N(0, 0.02^2), their biases zero (`fla_init`, which
+    names what it skips as fla does)."""
 
     def __init__(
         self,
@@ -148,6 +194,7 @@ class LanguageModel(nn.Module):
         pos_emb: str = "learned",
         short_conv: int = 4,
         mlp_ratio: int = 4,
+        init: str = "torch",
     ) -> None:
         super().__init__()
         require_int("vocab_size", vocab_size, 2)
@@ -157,6 +204,7 @@ class LanguageModel(nn.Module):
         require_choice("pos_emb", pos_emb, POSITIONAL)
         require_int("short_conv", short_conv, 0)
         require_int("mlp_ratio", mlp_ratio, 0)
+        require_choice("init", init, INITS)
         self.max_seq_len, self.pos_emb = max_seq_len, pos_emb
         self.embed = nn.Embedding(vocab_size, d_model)
         self.positions = nn.Embedding(max_seq_len, d_model) if pos_emb == "learned" else None
@@ -165,6 +213,8 @@ class LanguageModel(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, m, short_conv, mlp_ratio) for m in mixers)
         self.norm = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
+        if init == "fla":
+            fla_init(self)
 
     def check_length(self, seq_len: int) -> None:
         """Learned positions exist only up to `max_seq_len`."""

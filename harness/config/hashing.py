@@ -33,6 +33,11 @@ UNSET_TASK_KEYS = ("test", "mixture")
 """The task group's harness keys that, unset (null), leave the hash as it is without them."""
 
 
+DEFAULT_BACKBONE_KEYS = {"init": "torch"}
+"""Backbone keys added after runs were recorded: at these values (the constructor's defaults,
+today's behaviour) they leave the hash as it was before the key existed."""
+
+
 def config_hash(cfg: DictConfig) -> str:
     """Stable hash of the resolved config without paths and logger settings."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -44,6 +49,10 @@ def config_hash(cfg: DictConfig) -> str:
     for key in UNSET_TASK_KEYS:
         if task.get(key) is None:
             task.pop(key, None)
+    backbone = resolved.get("backbone") or {}
+    for key, default in DEFAULT_BACKBONE_KEYS.items():
+        if backbone.get(key) == default:
+            backbone.pop(key, None)
     resolved.get("trainer", {}).pop("enable_progress_bar", None)
     return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -132,6 +132,12 @@ def law_runs(law: MixerLaw) -> str:
     )
 
 
+def refits(law: MixerLaw) -> str:
+    """`over 3 of 4 drop-one-width refits` (a refit needs readings at two widths left)."""
+    widths = len({r.floats for r in law.runs if r.fitted})
+    return f"over {len(law.held)} of {widths} drop-one-width refits"
+
+
 def primary_note(law: MixerLaw) -> str:
     """`n90 = 0.84 (R - 1.2), c from 0.71 to 0.95 leaving out one width`."""
     primary = law.primary
@@ -139,7 +145,7 @@ def primary_note(law: MixerLaw) -> str:
         return f"no rank-bound line for {law.name}"
     text = f"{law.name} = {primary.c:.3g} (R - {primary.overhead:.2g})"
     if law.c_range is not None:
-        text += f", c {law.c_range[0]:.3g}-{law.c_range[1]:.3g} leaving out one width"
+        text += f", c {law.c_range[0]:.3g}-{law.c_range[1]:.3g} {refits(law)}"
     return text
 
 
@@ -152,7 +158,7 @@ def rank_note(law: MixerLaw) -> str:
     text = f"b in R = {rank.shown()} ({rank.level:.0%}; {law.against_exponent_one()})"
     spread = exponent_range(law.held)
     if spread is not None:
-        text += f", {spread[0]:.2f}-{spread[1]:.2f} leaving out one width"
+        text += f", {spread[0]:.2f}-{spread[1]:.2f} {refits(law)}"
     inside, judged = predicted_share(law.held)
     if judged:
         text += f"; the refits predict {inside} of {judged} left-out widths"

@@ -231,7 +231,7 @@ def capacity_figure(
     note = f"; {left_out} training_limited run(s) not drawn" if left_out else ""
     if laws:
         title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
-        subtitle = f"{budget(rows)}; b with its 90% bootstrap interval over seeds{note}"
+        subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit){note}"
     else:
         title = f"Capacity against state: {name} per run (no law fitted)"
         subtitle = f"{budget(rows)}{note}"

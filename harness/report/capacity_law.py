@@ -143,7 +143,8 @@ def primary_note(law: MixerLaw) -> str:
     primary = law.primary
     if primary is None:
         return f"no rank-bound line for {law.name}"
-    text = f"{law.name} = {primary.c:.3g} (R - {primary.overhead:.2g})"
+    sign = "-" if primary.overhead >= 0 else "+"
+    text = f"{law.name} = {primary.c:.3g} (R {sign} {abs(primary.overhead):.2g})"
     if law.c_range is not None:
         text += f", c {law.c_range[0]:.3g}-{law.c_range[1]:.3g} {refits(law)}"
     return text

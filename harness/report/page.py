@@ -42,11 +42,11 @@ CAPTIONS = {
         "The capacity law: {level} (the most key-value pairs recalled at {threshold}) against "
         "the state's floats per layer, log-log, one colour per mixer, each seed a point. The "
         "line is the power law {level} = a * floats^b fitted by censored maximum likelihood to "
-        "every run that learned to bind (b and its 90% bootstrap interval over seeds in the "
-        "legend); an arrow is a censored readout (up: held at the largest tested load, a lower "
-        "bound; down: converged below the threshold at the smallest load, an upper bound), and "
-        "a hollow point did not converge. Dashed: each mixer's rank bound, H x D bindings per "
-        "layer (docs/background.md, section 17), the null the law is compared with."
+        "every run that learned to bind (b and its 90% interval in the legend); an arrow is a "
+        "censored readout (up: within a quarter of the largest tested load, or still rising, a "
+        "lower bound; down: converged below the threshold at the smallest load, an upper "
+        "bound), and a hollow point did not converge. Dashed: the stack's rank bound R, "
+        "layers x H x D bindings (docs/background.md, section 17), the law's primary model."
     ),
     "acc_vs_state": (
         "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "

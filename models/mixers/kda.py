@@ -14,7 +14,7 @@ from models.kernels.dplr import kda_rule
 from models.mixers.base import KeyValueStateMixer, State
 from models.mixers.deltanet import head_dims
 from models.mixers.head_norm import HeadRMSNorm, l2norm
-from models.mixers.short_conv import ShortConvolution
+from models.mixers.short_conv import ShortConvolution, conv_or_silu
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
 
@@ -110,13 +110,7 @@ class KimiDeltaAttention(KeyValueStateMixer):
         or wider; and the convolutions' window moved on (a one-token x with `window` given:
         the recurrent step), else None."""
         projected = self.qkv(x)
-        if self.conv is None:
-            projected = F.silu(projected)
-        elif window is None:
-            projected = self.conv(projected)
-        else:
-            step, window = self.conv.step(projected[:, 0], window)
-            projected = step[:, None]
+        projected, window = conv_or_silu(self.conv, projected, window)
         q, k, v = projected.split(self.widths, -1)
         with autocast_off(x):
             q, k, v = at_least_fp32(self.heads(q), self.heads(k), self.heads(v))

@@ -12,7 +12,7 @@ from common.checks import require, require_int
 from models.kernels import check_mode
 from models.kernels.log_linear import log_linear_attention, log_linear_step, num_levels
 from models.mixers.base import Mixer, State
-from models.mixers.short_conv import ShortConvolution
+from models.mixers.short_conv import ShortConvolution, conv_or_silu
 from models.precision import at_least_fp32, autocast_off
 from models.registry import register
 
@@ -123,13 +123,7 @@ class LogLinearMamba2(Mixer):
         weights [B, H, T, 15]; all in float32 or wider; z [B, T, inner] in x's dtype; and the
         convolution's window moved on (a one-token x with `window` given), else None."""
         z, xbc, u, dl = self.in_proj(x).split(self.widths, -1)
-        if self.conv is None:
-            xbc = F.silu(xbc)
-        elif window is None:
-            xbc = self.conv(xbc)
-        else:
-            step, window = self.conv.step(xbc[:, 0], window)
-            xbc = step[:, None]
+        xbc, window = conv_or_silu(self.conv, xbc, window)
         value, key, query = xbc.split(self.conv_widths, -1)
         b, t, _ = x.shape
         with autocast_off(x):

@@ -52,3 +52,17 @@ class ShortConvolution(nn.Module):
         if self.conv.bias is not None:
             y = y + self.conv.bias
         return self._act(y), full[:, :, 1:].to(window.dtype)
+
+
+def conv_or_silu(
+    conv: ShortConvolution | None, x: torch.Tensor, window: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A mixer's own convolution over x [B, T, C] (SiLU after it), or the SiLU alone without
+    one (its conv off); with `window` (a one-token x: the recurrent step) the convolution's
+    step, returning the window moved on, else None."""
+    if conv is None:
+        return F.silu(x), window
+    if window is None:
+        return conv(x), None
+    step, window = conv.step(x[:, 0], window)
+    return step[:, None], window

@@ -151,8 +151,7 @@ def evaluate(
         load_weights(parts, weights)
     digest = config_hash(cfg)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "eval" / digest
-    if job_threads(cfg):
-        torch.set_num_threads(job_threads(cfg))
+    torch.set_num_threads(job_threads(cfg).count)
     record = new_record(cfg, digest, out)
     describe(record, cfg, parts)
     record["weights"] = str(Path(run_dir) / WEIGHTS)

@@ -3,7 +3,6 @@ fit (resuming from a checkpoint a killed or interrupted run left), test, and wri
 `results.json` whatever happens (status ok, diverged, failed or interrupted)."""
 
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from harness.training.checkpoint import (
 from harness.training.console import interrupted, job_line, quiet, show_progress_bar
 from harness.training.convergence_stop import ConvergenceStop
 from harness.training.progress import ProgressLines
+from harness.training.threads import CoreWatch, ThreadChoice, ThreadShare, choose_threads
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +67,10 @@ class Job:
         )
 
 
-def job_threads(cfg: DictConfig) -> int:
-    """`threads`, or for parallel sweep jobs (joblib) the cores shared out between them, so
-    that jobs do not oversubscribe the machine; 0 = torch's default."""
-    if cfg.get("threads"):
-        return int(cfg.threads)
-    n_jobs = parallel_jobs()
-    if n_jobs is not None and n_jobs > 1:
-        return max(1, (os.cpu_count() or 1) // n_jobs)
-    return 0
+def job_threads(cfg: DictConfig, watch: CoreWatch | None = None) -> ThreadChoice:
+    """`threads`, or this job's share of the cores that other work leaves free, divided
+    among a joblib sweep's parallel jobs (`harness.training.threads`)."""
+    return choose_threads(int(cfg.get("threads") or 0), parallel_jobs(), watch)
 
 
 def finished_record(cfg: DictConfig, job: Job) -> dict | None:
@@ -104,14 +99,18 @@ def run(cfg: DictConfig) -> dict:
             derived = apply_protocol(cfg)  # the capacity protocol's loads and context
             if derived is not None:
                 record.update(protocol=derived, config=config_of(cfg))
-            if job_threads(cfg):
-                torch.set_num_threads(job_threads(cfg))
-            log.info("torch threads: %d", torch.get_num_threads())
+            watch = CoreWatch()
+            threads = job_threads(cfg, watch)
+            torch.set_num_threads(threads.count)
             parts = build(cfg)
+            log.info("torch threads: %d (%s)", threads.count, threads.why)
+            share = None if cfg.get("threads") else ThreadShare(parallel_jobs(), watch)
+            changes = share.changes if share is not None else []  # [step, threads] as it trains
+            record["threads"] = {"count": threads.count, "why": threads.why, "changes": changes}
             describe(record, cfg, parts)
             resumed = resumable(job.checkpoint)
             logger = start_logger(cfg, job, record, resumed.run_id)
-            trainer = make_trainer(cfg, job, logger, validation_floor(parts), resumed.run_id)
+            trainer = make_trainer(cfg, job, logger, validation_floor(parts), resumed.run_id, share)
             fit(cfg, resumed, trainer, parts, record)
             test(trainer, parts, record, cfg)
             if cfg.checkpoint.get("keep") and is_recording_rank():
@@ -181,11 +180,17 @@ def start_logger(cfg: DictConfig, job: Job, record: dict, run_id: str) -> Logger
 
 
 def make_trainer(
-    cfg: DictConfig, job: Job, logger: Logger | None, floor: float, run_id: str
+    cfg: DictConfig,
+    job: Job,
+    logger: Logger | None,
+    floor: float,
+    run_id: str,
+    share: ThreadShare | None = None,
 ) -> L.Trainer:
     """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
-    stopping at `early_stop_acc` (a `plateau` judges convergence only), and kill-safe
-    checkpoints that carry the run's segments and W&B id (`run_id`)."""
+    stopping at `early_stop_acc` (a `plateau` judges convergence only), kill-safe
+    checkpoints that carry the run's segments and W&B id (`run_id`), and the thread count
+    re-judged while it trains (`share`, None: fixed by `threads=N`)."""
     return L.Trainer(
         **{
             **cfg.trainer,
@@ -206,6 +211,7 @@ def make_trainer(
             Segments(run_id),
             SaveLast(job.checkpoint),  # after the two above: what it saves is up to date
             ProgressLines(cfg.trainer.enable_progress_bar),  # off a terminal
+            *([share] if share is not None else []),
         ],
     )
 

@@ -55,6 +55,8 @@ def layer_of(index: int, entry: Any) -> Layer:
 def hybrid_layers(layers: Any, n_layers: int) -> list[Layer]:
     """A hybrid's `model.layers`, repeated to `n_layers` (the list is a period: 2 entries and
     n_layers=4 give a, b, a, b); each entry checked, a bad one named by its index."""
+    example = "one mixer per layer, bottom first, e.g. 'model.layers=[gated_deltanet,softmax]'"
+    require(layers is not None, "layers", layers, f"set for model=hybrid: {example}")
     form = f"a non-empty list, each entry {LAYER_FORM}"
     require(isinstance(layers, Sequence) and not isinstance(layers, str), "layers", layers, form)
     require(len(layers) > 0, "layers", layers, form)

@@ -1,5 +1,5 @@
 """A run's record, named in one place: the statuses it can end with, the keys the harness
-writes beside its metrics, and the files a run and a sweep keep (README, "The record").
+writes beside its metrics, and the files a run and a sweep keep (docs/record.md).
 
     ok        the run trained and tested
     diverged  the training loss became NaN or infinite (or a denominator collapsed); the

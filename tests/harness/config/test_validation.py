@@ -29,6 +29,11 @@ REFUSED = [
         ["model=hybrid", "model.layers=[gated_deltanet,{name:softmax,n_heads:3}]"],
         "model.layers[1].n_heads=3 is invalid: must be a divisor of d_model=",
     ),
+    (
+        ["model=hybrid"],
+        "model.layers=None is invalid: must be set for model=hybrid: one mixer per layer, bottom "
+        "first, e.g. 'model.layers=[gated_deltanet,softmax]'",
+    ),
     (["model=hybrid", "model.layers=[gla,sofmax]"], "model.layers[1].name='sofmax' is invalid"),
     (
         ["model=hybrid", "model.layers=[gla,softmax,gla]"],

@@ -4,8 +4,6 @@
 import argparse
 from pathlib import Path
 
-from harness.report import report
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -31,6 +29,8 @@ def main() -> None:
         parser.error(f"--threshold={args.threshold} is invalid: must be in (0, 1]")
     if not args.sweep.is_dir():
         parser.error(f"sweep={args.sweep} is not a folder")
+    from harness.report.sweep_report import report  # torch, pandas, matplotlib: after --help
+
     report(args.sweep, args.out, args.wandb, args.threshold)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.records.summary import read_summary
 from harness.records.sweep import describe_sweep, job_position
-from harness.report import report
+from harness.report.sweep_report import report
 from tests.conftest import SMOKE, run_cli
 
 TINY = [*SMOKE, "task.vocab_size=32", "task.num_kv_pairs=4"]

@@ -14,7 +14,7 @@ from harness.records.wandb_run import (
     start_wandb,
     sweep_group,
 )
-from harness.report import report
+from harness.report.sweep_report import report
 from tests.harness.synthetic import record
 from tests.harness.wandb_offline import read_run
 

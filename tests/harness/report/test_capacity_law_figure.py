@@ -11,12 +11,12 @@ import pytest
 
 from harness.readouts.censored_law import fit_censored_law
 from harness.records.sweep import flat_row
-from harness.report import report
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import capacity_laws, observations
 from harness.report.capacity_runs import capacity_runs, mixer_floats
 from harness.report.points import aggregate, clean_rows
 from harness.report.reread import reread
+from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record
 from tests.harness.synthetic import state_floats, write_sweep
 

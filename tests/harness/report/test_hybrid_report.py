@@ -7,8 +7,8 @@ import torch
 
 from harness.records.record import model_label, state_record
 from harness.records.sweep import flat_row, load_sweep, swept_values
-from harness.report import report
 from harness.report.style import colour
+from harness.report.sweep_report import report
 from models.backbone import LanguageModel
 from models.stack import resolved_layers
 from tests.harness.report.load_curves import accuracies, curve_record

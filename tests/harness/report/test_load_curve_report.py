@@ -81,7 +81,7 @@ def curve_record(model: str, accs: dict[int, float], seed: int) -> dict:
 
 
 def test_a_sweep_of_load_curves_reports_the_figure_and_the_readout(tmp_path) -> None:
-    from harness.report import report
+    from harness.report.sweep_report import report
     from tests.harness.synthetic import write_sweep
 
     records = [curve_record("softmax", SOFTMAX, s) for s in (0, 1)]

@@ -9,7 +9,6 @@ import matplotlib.pyplot as plt
 import pytest
 
 from harness.records.sweep import load_sweep
-from harness.report import draw, report
 from harness.report.points import (
     AVERAGED,
     SELECTED,
@@ -19,6 +18,7 @@ from harness.report.points import (
     varied,
 )
 from harness.report.style import KNOWN_MODELS, colour, marker
+from harness.report.sweep_report import draw, report
 from models import MIXERS
 from tests.harness.synthetic import (
     FRONTIER_MODELS,

@@ -10,12 +10,12 @@ import matplotlib.pyplot as plt
 import pytest
 
 from harness.records.sweep import load_sweep, sweep_description
-from harness.report import draw
 from harness.report.figures import MARKED, marked
 from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
 from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
 from harness.report.style import HOLLOW
+from harness.report.sweep_report import draw
 from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
 
 COPY_LENGTHS = range(4, 49)

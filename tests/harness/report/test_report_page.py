@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import report
 from harness.report.page import CAPTIONS, page_columns, table
+from harness.report.sweep_report import report
 from tests.harness.synthetic import record, retrieval_gap, write_sweep
 
 

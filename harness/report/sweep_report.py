@@ -1,0 +1,251 @@
+"""A sweep folder's report: read, aggregate, draw, write and log it (the package docstring,
+`harness/report/__init__.py`, says what it holds)."""
+
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from omegaconf import OmegaConf
+
+from common.checks import is_real
+from harness.records.schema import status_of, tally
+from harness.records.sweep import load_sweep, sweep_description
+from harness.report.budget import budget
+from harness.report.capacity_figure import capacity_figure
+from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
+from harness.report.capacity_runs import capacity_runs
+from harness.report.figures import accuracy_figure, length_figure
+from harness.report.load_curve import load_figure
+from harness.report.page import write_page
+from harness.report.plain_table import print_table, write_csv
+from harness.report.points import (
+    AVERAGED,
+    SELECTED,
+    Point,
+    aggregate,
+    clean_rows,
+    covaries,
+    fixed_settings,
+    missing,
+    parameter_columns,
+    split_settings,
+    varied,
+)
+from harness.report.provenance import provenance
+from harness.report.reread import default_threshold, reread, threshold_of
+from harness.report.slices import copy_figure, needle_heatmap
+from harness.report.style import save, short
+from harness.report.table import frontier_rows, point_rows, problem_rows
+from harness.report.verdict import verdicts
+
+__all__ = ["report"]
+
+
+def description_of(sweep: Path) -> dict:
+    """`sweep.json`, or what Hydra's `multirun.yaml` says where there is no `sweep.json`."""
+    description = sweep_description(sweep)
+    if description or not (sweep / "multirun.yaml").exists():
+        return description
+    from harness.records.sweep_console import sweep_plan
+
+    config = OmegaConf.load(sweep / "multirun.yaml")
+    overrides = list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    logger = OmegaConf.to_container(config.get("logger") or OmegaConf.create({}), resolve=False)
+    return {
+        "command": " ".join(["python run.py -m", *overrides]),
+        "swept": sweep_plan(config)[1],
+        "experiment": OmegaConf.select(config, "hydra.runtime.choices.experiment"),
+        "logger": logger,
+    }
+
+
+def wandb_mode_of(description: dict, requested: str) -> str:
+    """`auto`: the sweep's own W&B mode (`disabled` when it ran with `logger=none`)."""
+    if requested != "auto":
+        return requested
+    logger = description.get("logger") or {}
+    if logger.get("name") == "none":
+        return "disabled"
+    return logger.get("mode") or "offline"
+
+
+def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
+    """Varied numeric task parameters besides the length (`task.num_kv_pairs`, ...): each
+    gets its own accuracy figure, the length has one already."""
+    return [
+        key
+        for key in point_keys
+        if key.startswith("task.")
+        and key != "task.seq_len"
+        and all(is_real(p.get(key)) and p.get(key) > 0 for p in points if not missing(p.get(key)))
+    ]
+
+
+def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], list[str]]:
+    """Swept model parameters whose values are names (`model.feature_map`: elu, taylor, favor)
+    make variants of a model, drawn as lines of their own ("linear elu") in one panel, so
+    that they compare at equal x; numeric ones (`model.feature_dim`) stay axes or panels."""
+    named = [
+        key
+        for key in point_keys
+        if key.startswith("model.") and any(isinstance(p.get(key), str) for p in points)
+    ]
+    if not named:
+        return points, point_keys
+    renamed = [
+        replace(p, model=" ".join([p.model, *(str(p.get(k)) for k in named if p.get(k))]))
+        for p in points
+    ]
+    return renamed, [key for key in point_keys if key not in named]
+
+
+def variant_names(points: list[Point], point_keys: list[str]) -> list[str]:
+    """Each point's model as the figures name it (`variants`: "linear taylor"), in order."""
+    return [p.model for p in variants(points, point_keys)[0]]
+
+
+def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None) -> list[str]:
+    """The x axes that are not the same plot: of two parameters each a function of the other
+    (retrieval_gap's seq_len = 8 x pairs) one is kept, the one swept (`chosen`), else the one
+    that is not the length."""
+    kept: list[str] = []
+    for key in sorted(axes, key=lambda k: (k not in (chosen or ()), k == "task.seq_len")):
+        if not any(covaries(points, key, o) and covaries(points, o, key) for o in kept):
+            kept.append(key)
+    return [key for key in axes if key in kept]
+
+
+def draw(
+    points: list[Point],
+    point_keys: list[str],
+    rows: list[dict],
+    chosen: list[str] | None = None,
+    laws: dict[str, MixerLaw] | None = None,
+    threshold: float | None = None,
+) -> dict[str, Figure]:
+    """Every figure the points call for, by file name (a figure for a variable that was not
+    varied, or a task that is not there, is left out; of two axes that are the same plot,
+    one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
+    `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
+    unknown); `laws` and `threshold`, the capacity law's. For load curves the accuracy against
+    state is left out: its accuracy would be a token-weighted mean over the tested loads, no
+    one load and no readout; the capacity figure (or the load curves' legend) gives the
+    readout against the state."""
+    threshold = default_threshold() if threshold is None else threshold
+    runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
+    points, point_keys = variants(points, point_keys)
+    subtitle = budget(rows)
+    axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
+    capacity = capacity_figure(runs, rows, laws or {}, threshold)
+    figures = {
+        "acc_vs_load": load_figure(points, point_keys, rows, threshold),  # the headline
+        "capacity_vs_state": capacity,
+        **{
+            f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
+                points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
+            )
+            for key in axes
+        },
+        "acc_vs_state": None
+        if any(p.capacity for p in points)
+        else accuracy_figure(
+            points,
+            "state_bytes",
+            point_keys,
+            "Accuracy against recurrent state size",
+            subtitle,
+            chosen,
+        ),
+        "acc_vs_test_length": length_figure(points, point_keys, subtitle),
+        "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
+        "copy_vs_length": copy_figure(points, point_keys, subtitle),
+    }
+    return {name: figure for name, figure in figures.items() if figure is not None}
+
+
+def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
+    """The page's first notes: the jobs and what varied, how accuracy is aggregated, and the
+    learning-rate grid where there is one."""
+    statuses = Counter(status_of(r) for r in rows)
+    notes = [
+        f"{len(rows)} jobs: {tally(statuses)}"
+        + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
+        "Accuracy: mean over the seeds that finished; up to three seeds each is drawn as a "
+        "point, beyond that error bars are their sample standard deviation (n - 1); std is "
+        "blank for one seed.",
+    ]
+    if lr_grid:
+        lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})
+        notes.append(f"Learning rate: the best of {lrs} per point, chosen on validation accuracy.")
+    return notes
+
+
+def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
+    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
+    mode = wandb_mode_of(description, wandb_mode)
+    if mode == "disabled":
+        return
+    from harness.records.wandb_run import log_report
+
+    tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+    folder = log_report(sweep, out, description, mode, tables, figures)
+    print(f"W&B ({mode}): {folder}")
+
+
+def report(
+    sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
+) -> list[dict]:
+    """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table.
+    Every load curve's readout is read anew at `threshold` (default: the sweep's
+    `capacity.threshold`; `harness.report.reread`)."""
+    sweep = Path(sweep)
+    frame = load_sweep(sweep)
+    if frame.empty:
+        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
+    out = Path(out or sweep / "report")
+    out.mkdir(parents=True, exist_ok=True)
+    description = description_of(sweep)
+    rows = clean_rows(frame)
+    threshold = threshold_of(rows, threshold)
+    rows = reread(rows, threshold)
+    columns = parameter_columns(rows)
+    swept = varied(rows, columns)
+    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
+    lr_grid = "optim.lr" in swept
+    points = aggregate(rows, point_keys)
+    notes = opening_notes(rows, swept, lr_grid)
+    names = variant_names(points, point_keys)
+    laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
+    figures = []
+    drawn = draw(points, point_keys, rows, description.get("swept"), laws, threshold)
+    for name, figure in drawn.items():
+        save(figure, out / f"{name}.png")
+        figures.append(out / f"{name}.png")
+    notes.extend(law_notes(laws))
+    table = point_rows(points, point_keys, lr_grid, laws, names, threshold)
+    problems = problem_rows(rows, description.get("swept") or point_keys)
+    settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
+    summary = verdicts(points, rows, threshold)
+    origin = provenance(sweep, description, rows)
+    page = write_page(
+        out / "report.html",
+        sweep,
+        summary,
+        notes,
+        figures,
+        table,
+        problems,
+        origin,
+        settings,
+        threshold,
+    )
+    print_table(table)
+    for line in [*notes, *summary]:
+        print(line)
+    for problem in problems:
+        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
+    written = [write_csv(table, out / "table.csv"), *figures, page]
+    print(f"written to {out}: {', '.join(p.name for p in written)}")
+    return table

@@ -104,7 +104,7 @@ def run(cfg: DictConfig) -> dict:
             torch.set_num_threads(threads.count)
             parts = build(cfg)
             log.info("torch threads: %d (%s)", threads.count, threads.why)
-            share = None if cfg.get("threads") else ThreadShare(parallel_jobs(), watch)
+            share = None if threads.fixed else ThreadShare(parallel_jobs(), watch)
             changes = share.changes if share is not None else []  # [step, threads] as it trains
             record["threads"] = {"count": threads.count, "why": threads.why, "changes": changes}
             describe(record, cfg, parts)

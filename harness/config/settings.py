@@ -203,7 +203,7 @@ class RunSettings:
     `logger`)."""
 
     seed: int = setting(0, low=0)
-    threads: int = setting(0, low=0, note="0: torch's default")
+    threads: int = setting(0, low=0, note="0: the free cores' share")
     resume: bool = True
     compile: bool = False
     early_stop_acc: float | None = setting(0.99, above=0, high=1, none="never stop on accuracy")

@@ -2,7 +2,8 @@
 other work leaves free, judged again while it trains (docs/performance.md, "Threads beside
 other work").
 
-A run may use the cores of its CPU affinity (`cores`). Other work occupies
+`threads=N` sets the count, and so does `OMP_NUM_THREADS` in the environment (a launcher's
+setup line). Otherwise a run may use the cores of its CPU affinity (`cores`). Other work occupies
 
     others = (busy CPU time on those cores - this process's CPU time) / wall time
 
@@ -89,6 +90,8 @@ class ThreadChoice:
 
     count: int
     why: str
+    fixed: bool = False
+    """Set by `threads=N` or the environment: kept while the run trains."""
 
 
 def share(cores: int, others: float, n_jobs: int) -> ThreadChoice:
@@ -105,10 +108,14 @@ def share(cores: int, others: float, n_jobs: int) -> ThreadChoice:
 def choose_threads(
     requested: int, n_jobs: int | None, watch: CoreWatch | None = None
 ) -> ThreadChoice:
-    """`threads=N` (N > 0) as asked; otherwise this run's share of the free cores, after
-    watching them for `FIRST_LOOK_S`."""
+    """`threads=N` (N > 0) as asked; else, outside a joblib sweep, `OMP_NUM_THREADS` where the
+    environment sets it (a launcher's setup line, e.g. SLURM's); else this run's share of the
+    free cores, after watching them for `FIRST_LOOK_S`."""
     if requested > 0:
-        return ThreadChoice(requested, f"threads={requested} as set")
+        return ThreadChoice(requested, f"threads={requested} as set", fixed=True)
+    given = os.environ.get("OMP_NUM_THREADS", "")  # joblib sets it in its workers: not asked
+    if (n_jobs or 1) == 1 and given.isdigit() and int(given) > 0:
+        return ThreadChoice(int(given), f"OMP_NUM_THREADS={given} in the environment", fixed=True)
     watch = watch or CoreWatch()
     time.sleep(FIRST_LOOK_S)
     return share(len(watch.cpus), watch.others(), n_jobs or 1)

@@ -26,9 +26,16 @@ def test_share_is_the_free_cores_split_among_the_parallel_jobs(cores, others, n_
     assert f"of {cores} cores free: other work used {others:.1f}" in choice.why
 
 
-def test_a_set_thread_count_is_kept_and_said():
+def test_a_set_thread_count_is_kept_and_said(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     choice = choose_threads(3, n_jobs=2)
-    assert (choice.count, choice.why) == (3, "threads=3 as set")
+    assert (choice.count, choice.why, choice.fixed) == (3, "threads=3 as set", True)
+    choice = choose_threads(0, n_jobs=None)  # a launcher's setup line
+    assert (choice.count, choice.why, choice.fixed) == (
+        2,
+        "OMP_NUM_THREADS=2 in the environment",
+        True,
+    )
 
 
 class Clock:

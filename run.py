@@ -10,6 +10,9 @@ from pathlib import Path
 # Jobs that launchers start in other processes (submitit, SLURM) import this repo's packages.
 REPO = str(Path(__file__).resolve().parent)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+# OpenMP's idle threads sleep instead of spinning, so that a run beside other work does not
+# burn the cores it waits on (docs/performance.md, "Threads beside other work"); before torch.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402

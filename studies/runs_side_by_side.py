@@ -7,9 +7,11 @@ the same moment, waits for all of them, and reads each record's `train.tokens_pe
 `threads` block. Scenarios, on this machine's cores:
 
 - one run alone, one thread (`threads=1`): the yardstick;
-- one run alone, as many threads as cores (`threads=<cores>`, torch's own default);
+- one run alone, as many threads as cores (`threads=<cores>`, torch's own default), with
+  OpenMP's idle threads spinning (`OMP_WAIT_POLICY=ACTIVE`) and sleeping (`PASSIVE`, run.py's
+  default);
 - one run alone, the default (`threads=0`: its share of the free cores, re-judged as it trains);
-- two runs at once, each with `threads=<cores>` (torch's default for both);
+- two runs at once, each with `threads=<cores>` (torch's default for both), active and passive;
 - two runs at once, one thread each;
 - two runs at once, the default.
 
@@ -68,20 +70,24 @@ def main() -> None:
     args = parser.parse_args()
     env = dict(item.split("=", 1) for item in args.env)
     cores = len(usable_cores())
+    active, passive = {"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": "PASSIVE"}
     rows = [
-        ("one run alone", 1, 1),
-        ("one run alone", 1, cores),
-        ("one run alone", 1, 0),
-        ("two runs at once", 2, cores),
-        ("two runs at once", 2, 1),
-        ("two runs at once", 2, 0),
+        ("one run alone", 1, 1, {}),
+        ("one run alone", 1, cores, active),
+        ("one run alone", 1, cores, passive),
+        ("one run alone", 1, 0, {}),
+        ("two runs at once", 2, cores, active),
+        ("two runs at once", 2, cores, passive),
+        ("two runs at once", 2, 1, {}),
+        ("two runs at once", 2, 0, {}),
     ]
     print(f"{args.model}, {args.steps} steps, {cores} cores, env {env or 'unchanged'}")
     print("| what ran | threads per run | tokens/s per run | together | per run / alone at 1 |")
     print("|---|---|---|---|---|")
     yardstick = None
-    for label, runs, threads in rows:
-        results = scenario(runs, threads, args.steps, args.model, env)
+    for label, runs, threads, extra in rows:
+        results = scenario(runs, threads, args.steps, args.model, {**env, **extra})
+        label += f", OMP_WAIT_POLICY={extra['OMP_WAIT_POLICY']}" if extra else ""
         speeds = [r["tokens_per_s"] for r in results]
         yardstick = yardstick or speeds[0]
         shown = "0 (default: " if threads == 0 else str(threads)

@@ -2,7 +2,8 @@
 censored capacity law"): each run's n90 against its mixer's state per layer, log-log; each
 mixer's censored power law over the state sizes it read (`harness.report.capacity_law`), and
 its stack's rank bound (R = layers x H x D: the bindings a linear read-out of its states
-recovers exactly) dashed.
+recovers exactly) dashed; for a KV cache (softmax, sliding_window) that bound is the tokens it
+keeps, and the legend names it so.
 
 A figure is fit, points and legend: `draw_fits`, `draw_runs`, `capacity_legend`. Every run the
 fit keeps is drawn: a filled marker where n90 is read between two tested loads, an arrow up
@@ -91,10 +92,21 @@ def any_hybrid(mixers) -> bool:
     return any(HYBRID_JOIN in mixer for mixer in mixers)
 
 
-def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> bool:
+KV_CACHES = {"softmax": "layers x T tokens", "sliding_window": "layers x min(T, window) tokens"}
+"""The mixers whose state is a KV cache, and what their rank bound counts: the tokens kept
+(`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings."""
+
+
+def kv_cache(mixer: str) -> str | None:
+    """What a KV cache's dashed line counts (`KV_CACHES`; a variant, `softmax x`, is its
+    mixer's); None for any other mixer or a hybrid."""
+    return KV_CACHES.get(mixer.split(" ", 1)[0])
+
+
+def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> list[str]:
     """Each mixer's rank bound through its state sizes, dashed in its colour (a short segment
     where it has one size); mixers whose bounds run together share one dash pattern at shifted
-    phases, so that their colours alternate. True when any was drawn."""
+    phases, so that their colours alternate. The mixers whose bound was drawn."""
     curves = {}
     for mixer in mixers:
         mine = [r for r in runs if r.mixer == mixer and r.rank_bound]
@@ -111,7 +123,7 @@ def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> bool:
             ax.plot(
                 xs, ys, linestyle=(dash * index, (dash, gap)), gid=f"rank_bound:{mixer}", **style
             )
-    return bool(curves)
+    return list(curves)
 
 
 def draw_fits(ax, laws: dict[str, MixerLaw]) -> None:
@@ -166,19 +178,25 @@ def law_label(mixer: str, mine: list[CapacityRun], law: MixerLaw | None) -> str:
 
 
 def capacity_legend(
-    fig, runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str], bounds: bool
+    fig, runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str], bounds: list[str]
 ) -> None:
-    """A mixer's entry each, then what the dashes, arrows and hollow markers mean."""
+    """A mixer's entry each, then what the dashes (`bounds`: the mixers whose rank bound is
+    drawn; a KV cache's, in its colour, as the tokens it keeps), arrows and hollow markers
+    mean."""
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
     for mixer in mixers:
         line = "-" if mixer in laws else "none"
         label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
-    if bounds:
+    if any(kv_cache(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(legend_entry(label, linestyle=(0, (4, 3))))
+    for mixer in bounds:
+        if kv_cache(mixer) is not None:
+            label = f"{mixer}'s KV cache: R = {kv_cache(mixer)} (dashed)"
+            handles.append(legend_entry(label, colour(mixer), linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
         handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))
     if any(r.n90_censoring == LEFT for r in shown):

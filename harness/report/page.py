@@ -40,13 +40,12 @@ CAPTIONS = {
     ),
     "capacity_vs_state": (
         "The capacity law: {level} (the most key-value pairs recalled at {threshold}) against "
-        "the state's floats per layer, log-log, one colour per mixer, each seed a point. The "
-        "line is the power law {level} = a * floats^b fitted by censored maximum likelihood to "
-        "every run that learned to bind (b and its 90% interval in the legend); an arrow is a "
-        "censored readout (up: within a quarter of the largest tested load, or still rising, a "
-        "lower bound; down: converged below the threshold at the smallest load, an upper "
-        "bound), and a hollow point did not converge. Dashed: the stack's rank bound R, "
-        "layers x H x D bindings (docs/background.md, section 17), the law's primary model."
+        "the state's floats per layer, log-log, one colour per mixer, each seed a point.{fit} "
+        "An arrow is a censored readout (up: within a quarter of the largest tested load, or "
+        "still rising, a lower bound; down: converged below the threshold at the smallest "
+        "load, an upper bound), and a hollow point did not converge. Dashed: the stack's rank "
+        "bound R, layers x H x D bindings (docs/background.md, section 17), the law's primary "
+        "model; for softmax, whose state is its KV cache, the tokens it keeps, layers x T."
     ),
     "acc_vs_state": (
         "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "
@@ -77,6 +76,22 @@ CAPTIONS = {
         "marker did not converge (docs/background.md, 'Reading a load curve')."
     ),
 }
+FIT = {
+    True: (
+        " The line is the power law {level} = a * floats^b fitted by censored maximum "
+        "likelihood to every run that learned to bind (b and its 90% interval in the legend)."
+    ),
+    False: " No law was fitted, so no line is drawn: the legend says why for each mixer.",
+}
+"""The capacity figure's sentence on its fitted line (`{fit}`), by whether any was drawn."""
+
+
+def caption(stem: str, threshold: float, fitted: bool) -> str:
+    """The caption under figure `stem`, naming the readout at `threshold`; the capacity
+    figure's says the fitted line only where one is drawn (`fitted`)."""
+    level = level_name(threshold)
+    fit = FIT[fitted].format(level=level)
+    return CAPTIONS.get(stem, "").format(level=level, threshold=threshold, fit=fit)
 
 
 def cell(value: Any) -> str:
@@ -165,9 +180,11 @@ def write_page(
     provenance: dict[str, str],
     settings: tuple[dict[str, Any], dict[str, Any]],
     threshold: float,
+    fitted: bool = True,
 ) -> Path:
     """Write the page; images are inlined (base64), so the file stands alone. The captions
-    name the readout at `threshold` (`n90` at 0.9)."""
+    name the readout at `threshold` (`n90` at 0.9); `fitted`: whether the capacity figure
+    draws a fitted law (its caption says the line only then)."""
     title = html.escape(str(sweep))
     parts = [f"<html><head><meta charset='utf-8'><title>report: {title}</title>", STYLE]
     parts += ["</head><body>", f"<h1>recall-harness report: {title}</h1>", "<h2>Verdict</h2>"]
@@ -177,10 +194,8 @@ def write_page(
         data = base64.b64encode(figure.read_bytes()).decode()
         parts.append(f"<h2>{html.escape(figure.stem)}</h2>")
         parts.append(f"<img src='data:image/png;base64,{data}' alt='{html.escape(figure.stem)}'/>")
-        caption = CAPTIONS.get(figure.stem, "").format(
-            level=level_name(threshold), threshold=threshold
-        )
-        parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
+        text = caption(figure.stem, threshold, fitted)
+        parts.append(f"<p class='caption'>{html.escape(text)}</p>")
     parts += ["<h2>Results</h2>", table(rows)]
     parts += ["<h2>Failed and diverged jobs</h2>", table(problems)]
     parts.append(provenance_section(provenance))

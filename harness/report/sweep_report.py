@@ -239,6 +239,7 @@ def report(
         origin,
         settings,
         threshold,
+        fitted=bool(laws),
     )
     print_table(table)
     for line in [*notes, *summary]:

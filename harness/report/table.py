@@ -57,16 +57,18 @@ def point_rows(
 
 
 def capacity_columns(readouts: list[dict], threshold: float = 0.9) -> dict[str, str]:
-    """Per seed, in seed order: the readout at the threshold (named `n90`, `n80`, ...) and
-    `n50` with their sampling errors (`>=`: a lower bound; `<`: below the judging load), the
-    verdict with its reason, and how the training ended."""
+    """Per seed, in seed order: `read_seeds`, the ids of the seeds read (`0, 1, 2`, the order
+    of every other column's values; `seeds` counts the seeds that finished); the readout at
+    the threshold (named `n90`, `n80`, ...) and `n50` with their sampling errors (`>=`: a
+    lower bound; `<`: below the judging load); `verdict` with its reason; and `training`, how
+    the training ended."""
 
     def values(name: str) -> str:
         return "; ".join(shown(r, name, with_error=True) for r in readouts)
 
     verdicts = "; ".join(f"{r.get('verdict')} ({r.get('why')})" for r in readouts)
     return {
-        "seeds_read": ", ".join(str(r.get("seed")) for r in readouts),
+        "read_seeds": ", ".join(str(r.get("seed")) for r in readouts),
         level_name(threshold): values("n90"),
         "n50": values("n50"),
         "verdict": verdicts,

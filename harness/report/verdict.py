@@ -78,17 +78,22 @@ def advice(readouts: list[dict], largest: str) -> str:
 
 
 def cell_line(point: Point, threshold: float) -> str:
-    """`Cell linear D=4: seeds 0, 1, 2: n90 <2; 2.41 ± 0.2; >=3.1 ...; 2 capacity_limited (...),
-    1 training_limited (...). <advice>`."""
+    """`Cell linear D=4, 3 seeds (0, 1, 2): n90 <2; 2.41 ± 0.2; >=3.1 ± 0.1; 2 capacity_limited
+    (...), 1 training_limited (...). <advice>`; for one seed `Cell softmax, 1 seed (0): n90 >=16,
+    not_limited (...). <advice>` (no count before its verdict)."""
     readouts = point.capacity
     level = level_name(threshold)
-    seeds = ", ".join(str(r.get("seed")) for r in readouts)
+    one = len(readouts) == 1
+    seeds = f"{len(readouts)} seed{'' if one else 's'} "
+    seeds += f"({', '.join(str(r.get('seed')) for r in readouts)})"
     values = "; ".join(shown(r, "n90", with_error=True) for r in readouts)
     kinds = Counter((r.get("verdict"), r.get("why")) for r in readouts)
-    verdict_text = ", ".join(f"{n} {v} ({WHY.get(w, w)})" for (v, w), n in kinds.most_common())
+    verdict_text = ", ".join(
+        ("" if one else f"{n} ") + f"{v} ({WHY.get(w, w)})" for (v, w), n in kinds.most_common()
+    )
     loads = accuracy_by_load(point.metrics, load_of(point.metrics) or "")
     tips = advice(readouts, str(max(loads, default="the largest")))
-    line = f"Cell {name(point)}: seeds {seeds}: {level} {values}; {verdict_text}."
+    line = f"Cell {name(point)}, {seeds}: {level} {values}{',' if one else ';'} {verdict_text}."
     return line + (f" {tips[0].upper()}{tips[1:]}." if tips else "")
 
 

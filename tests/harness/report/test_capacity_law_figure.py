@@ -89,6 +89,11 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     assert f"linear: b = {laws['linear'].n90.shown()} (11 runs, 7 censored)" in labels
     assert "softmax: no fit (censored readouts only)" in labels
     assert any(label.startswith("hollow: not converged") for label in labels)
+    # linear's dashed line is its rank bound; softmax's, a KV cache, the tokens it keeps
+    assert "the stack's rank bound R = layers x H x D (dashed)" in labels
+    assert "softmax's KV cache: R = layers x T tokens (dashed)" in labels
+    dashed = {line.get_gid() for line in ax.lines if str(line.get_gid()).startswith("rank_")}
+    assert dashed == {"rank_bound:linear", "rank_bound:softmax"}
     assert "1 training_limited run(s) not drawn" in fig._suptitle.get_text()
     assert ax.get_ylabel().startswith("n90: largest load at accuracy >= 0.9")
 
@@ -118,9 +123,22 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     assert linear[32]["n90"].split("; ")[2].startswith(">=")  # still rising: a lower bound
     assert linear[64]["verdict"].endswith("training_limited (at_floor)")
     assert len({row["b n90 [90%]"] for row in linear.values()}) == 1
+    assert linear[32]["read_seeds"] == "0, 1, 2" and linear[32]["seeds"] == 3
+    assert all("seeds_read" not in row for row in table)
+    with open(sweep / "report" / "table.csv") as handle:
+        header = handle.readline().strip().split(",")
+    assert "read_seeds" in header and "seeds_read" not in header
+    page = (sweep / "report" / "report.html").read_text()
+    assert "<th>read_seeds</th>" in page and "<td>0, 1, 2</td>" in page
+    shown = page[page.index("<h2>capacity_vs_state</h2>") :]
+    shown = shown[shown.index("<p class='caption'>") : shown.index("</p>")]
+    assert "The line is the power law n90 = a * floats^b fitted by censored" in shown
+    assert "No law was fitted" not in shown and "{fit}" not in shown
+    assert "for softmax, whose state is its KV cache, the tokens it keeps" in shown
     printed = capsys.readouterr().out
     assert "capacity law: linear n90 = " in printed and "b in R = " in printed
-    assert "Cell linear" in printed and "n90 <2 ; " not in printed
+    assert "Cell linear d_model=16, 3 seeds (0, 1, 2): n90 <2; <2; <2; 3 " in printed
+    assert "n90 <2 ; " not in printed and ": seeds " not in printed
 
     table = report(sweep, wandb_mode="disabled", threshold=0.8)
     linear80 = {row["backbone.d_model"]: row for row in table if row["model"] == "linear"}

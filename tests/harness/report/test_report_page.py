@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.page import CAPTIONS, page_columns, table
+from harness.report.page import CAPTIONS, FIT, STYLE, caption, page_columns, table
 from harness.report.sweep_report import report
 from tests.harness.synthetic import record, retrieval_gap, write_sweep
 
@@ -61,6 +61,18 @@ def test_every_figure_has_its_caption_under_it(gap) -> None:
     assert figures == ["acc_vs_num_kv_pairs", "acc_vs_state"]
     for name in figures:
         assert CAPTIONS[name] and CAPTIONS[name][:60] in page
+
+
+def test_the_capacity_caption_names_a_fitted_line_only_where_one_is_drawn() -> None:
+    fitted = caption("capacity_vs_state", 0.8, fitted=True)
+    assert "The line is the power law n80 = a * floats^b fitted by censored" in fitted
+    assert "most key-value pairs recalled at 0.8" in fitted and "{" not in fitted
+    bare = caption("capacity_vs_state", 0.8, fitted=False)
+    assert FIT[False].strip() in bare and "The line is" not in bare and "fitted by" not in bare
+    assert "its KV cache, the tokens it keeps, layers x T" in bare
+    assert caption("acc_vs_load", 0.8, fitted=False) == CAPTIONS["acc_vs_load"].format(
+        level="n80", threshold=0.8
+    )
 
 
 def test_settings_are_split_into_the_experiment_and_the_plumbing_collapsed(gap) -> None:
@@ -134,33 +146,66 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+def probed_in_chromium(page: Path, width: int) -> dict:
+    """`PROBE`'s result for `page` in headless Chromium `width` pixels wide."""
+    import json
+
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={width},900",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            page.as_uri(),
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r"<pre id=\"probe\">(.*?)</pre>", done.stdout)
+    assert found, done.stderr[-2000:]
+    return json.loads(found.group(1).replace("&quot;", '"'))
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
 def test_the_page_in_headless_chromium_loads_every_figure_and_does_not_overflow(
     gap, tmp_path
 ) -> None:
-    import json
-
     probed = tmp_path / "probed.html"
     probed.write_text((gap / "report.html").read_text().replace("</body>", PROBE + "</body>"))
     for width in (1280, 900):
-        done = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--window-size={width},900",
-                "--virtual-time-budget=5000",
-                "--dump-dom",
-                probed.as_uri(),
-            ],  # fmt: skip
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        found = re.search(r"<pre id=\"probe\">(.*?)</pre>", done.stdout)
-        assert found, done.stderr[-2000:]
-        probe = json.loads(found.group(1).replace("&quot;", '"'))
+        probe = probed_in_chromium(probed, width)
         assert probe["images"] == 2 and probe["loaded"] == 2, probe
         assert probe["scrollWidth"] <= probe["width"], probe
+
+
+def wide_rows() -> list[dict]:
+    """A table far wider than a screen: 40 columns of long values."""
+    return [{f"baseline.column_{i}": f"{'long value ' * 3}{i}" for i in range(40)}]
+
+
+def test_the_table_sits_in_a_wrapper_that_scrolls_sideways() -> None:
+    assert table(wide_rows()).startswith("<div class='wide'><table>")
+    assert table(wide_rows()).endswith("</table></div>")
+    assert re.search(r"\.wide \{[^}]*overflow-x: auto", STYLE)
+
+
+WRAPPER_PROBE = PROBE.replace(
+    "width: window.innerWidth,",
+    "width: window.innerWidth, wide: [...document.querySelectorAll('.wide')].map("
+    "w => [w.scrollWidth, w.clientWidth, getComputedStyle(w).overflowX]),",
+)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
+def test_a_wide_table_scrolls_in_its_wrapper_instead_of_being_cut(tmp_path) -> None:
+    page = tmp_path / "wide.html"
+    page.write_text(f"<html><head>{STYLE}</head><body>{table(wide_rows())}{WRAPPER_PROBE}</body>")
+    probe = probed_in_chromium(page, 1280)
+    assert probe["scrollWidth"] <= probe["width"], probe  # the page itself is not widened
+    ((scroll, client, overflow),) = probe["wide"]
+    assert overflow == "auto" and scroll > client, probe  # the table scrolls, all of it there

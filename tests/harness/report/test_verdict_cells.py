@@ -23,9 +23,12 @@ def test_one_line_per_cell_with_every_seed() -> None:
     records += [curve_record("linear", 64, s, accuracies(100.0)) for s in (0, 1)]
     cells = [line for line in lines_of(records) if line.startswith("Cell ")]
     assert len(cells) == 2
-    assert "seeds 0, 1, 2: n90 5 ± " in cells[0] and "; 7 ± " in cells[0]
-    assert "3 capacity_limited (falls below the threshold" in cells[0]
-    assert "n90 >=64; >=64; 2 not_limited (holds every tested load)" in cells[1]
+    assert cells[0].startswith("Cell linear d_model=32, 3 seeds (0, 1, 2): n90 5 ± ")
+    assert "; 7 ± " in cells[0] and "; 3 capacity_limited (falls below the threshold" in cells[0]
+    assert cells[1].startswith(
+        "Cell linear d_model=64, 2 seeds (0, 1): n90 >=64; >=64; 2 not_limited (holds every "
+        "tested load)."
+    )
     assert "up to 64: test larger loads" in cells[1]
 
 
@@ -33,9 +36,21 @@ def test_a_run_still_rising_reads_as_a_lower_bound_everywhere() -> None:
     records = [curve_record("linear", 32, 0, accuracies(4.99), "still_rising")]
     lines = lines_of(records)
     (cell,) = [line for line in lines if line.startswith("Cell ")]
-    assert "n90 >=4.99" in cell and "lower bounds" in cell
+    assert cell.startswith(
+        "Cell linear d_model=32, 1 seed (0): n90 >=4.99 ± 0.4, training_limited (still rising"
+    )
+    assert "lower bounds" in cell
     rising = next(line for line in lines if line.startswith("Still improving"))
     assert "their n90 are lower bounds (>=)" in rising
+
+
+def test_one_seed_reads_plainly() -> None:
+    records = [curve_record("softmax", 64, 0, accuracies(100.0))]
+    (cell,) = [line for line in lines_of(records) if line.startswith("Cell ")]
+    assert cell == (
+        "Cell softmax d_model=64, 1 seed (0): n90 >=64, not_limited (holds every tested load). "
+        "Holds every tested load, up to 64: test larger loads."
+    )
 
 
 def test_a_cell_that_did_not_learn_says_what_to_change() -> None:

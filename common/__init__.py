@@ -1,1 +1,2 @@
-"""Small pieces shared by `tasks` and `models`: name registries and parameter checks."""
+"""Small pieces shared below `harness`: name registries and parameter checks (`tasks`,
+`models`), and the human-readable sizes, times and counts (`harness`'s console and report)."""

@@ -35,7 +35,7 @@ from harness.config.settings import defaults
 from harness.readouts.capacity import readout_of
 from harness.records.record import new_record, write_record
 from harness.records.schema import OK, RECORD
-from harness.train import baseline_metrics, describe, job_threads
+from harness.train import baseline_metrics, job_threads, record_built_parts
 from harness.training.build import Parts, build
 from harness.training.checkpoint import WEIGHTS, kept_weights
 from harness.training.console import capacity_text
@@ -62,7 +62,7 @@ def on_one_local_device(cfg: DictConfig) -> None:
         cfg.trainer.strategy = "auto"
 
 
-def check_key(key: str) -> None:
+def check_retest_key(key: str) -> None:
     ok = (key.startswith("task.") and key != "task.name") or key in CHANGEABLE
     if not ok:
         raise BadInput(
@@ -81,7 +81,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
             why = [x for x in str(error).splitlines() if not x.startswith(("Error", "See"))]
             why = why or ["see Hydra's override grammar"]
             raise BadInput(f"{line!r} is not a key=value override ({why[0]})") from error
-        check_key(override.key_or_group)
+        check_retest_key(override.key_or_group)
         if override.is_delete():
             raise BadInput(f"{line}: a key cannot be deleted, only given a value")
         if override.is_sweep_override():
@@ -153,7 +153,7 @@ def evaluate(
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "eval" / digest
     torch.set_num_threads(job_threads(cfg).count)
     record = new_record(cfg, digest, out)
-    describe(record, cfg, parts)
+    record_built_parts(record, cfg, parts)
     record["weights"] = str(Path(run_dir) / WEIGHTS)
     record["evaluated"] = {
         "run_dir": str(run_dir),

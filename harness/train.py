@@ -107,7 +107,7 @@ def run(cfg: DictConfig) -> dict:
             share = None if threads.fixed else ThreadShare(parallel_jobs(), watch)
             changes = share.changes if share is not None else []  # [step, threads] as it trains
             record["threads"] = {"count": threads.count, "why": threads.why, "changes": changes}
-            describe(record, cfg, parts)
+            record_built_parts(record, cfg, parts)
             resumed = resumable(job.checkpoint)
             logger = start_logger(cfg, job, record, resumed.run_id)
             trainer = make_trainer(cfg, job, logger, validation_floor(parts), resumed.run_id, share)
@@ -131,11 +131,11 @@ def run(cfg: DictConfig) -> dict:
             if ended.ends_the_run:
                 raise
         finally:
-            finish(job, record, logger)
+            finish_job(job, record, logger)
     return record
 
 
-def describe(record: dict, cfg: DictConfig, parts: Parts) -> None:
+def record_built_parts(record: dict, cfg: DictConfig, parts: Parts) -> None:
     """What the built parts add to the record: resolved parameters, size, state."""
     record.update(
         task_params=parts.task.params(),
@@ -308,7 +308,7 @@ def mean_train_length(parts: Parts) -> float:
     return sum(n * c for n, c in zip(lengths, counts, strict=True)) / sum(counts)
 
 
-def finish(job: Job, record: dict, logger: Logger | None) -> None:
+def finish_job(job: Job, record: dict, logger: Logger | None) -> None:
     """Close W&B, write `results.json`, append to the sweep's `summary.jsonl`, and print the
     job's closing line (a single run's failure is reported by its error instead); rank 0 only."""
     if not is_recording_rank():

@@ -49,7 +49,9 @@ def kernel_step(kernel: str, batch: int, seq_len: int, dim: int) -> Callable[[Ca
     return step
 
 
-def measure(kernel: str, batch: int, seq_len: int, dim: int, steps: int, steady: bool) -> None:
+def measure_compile(
+    kernel: str, batch: int, seq_len: int, dim: int, steps: int, steady: bool
+) -> None:
     """Print the first compiled step's CPU seconds and, with `steady`, the mean step of eager
     and of compiled over `steps` steps after one warm-up each."""
     attend = gated_delta_rule if kernel == "gated_delta_rule" else gated_linear_attention
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.only:
         with torch_threads(1):
-            measure(
+            measure_compile(
                 args.kernel, args.batch, args.seq_len, args.dim, args.steps, args.only == "warm"
             )
         return

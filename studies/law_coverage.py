@@ -51,7 +51,7 @@ def coverage(width_sd: float, bounds, level: float, sweeps: int, seed: int = 0) 
     return float(np.mean([law.b_low <= TRUE_B <= law.b_high for law in laws]))
 
 
-def draw(table: dict[str, list[float]], path: Path) -> None:
+def draw_coverage(table: dict[str, list[float]], path: Path) -> None:
     """Coverage against the nominal level, one line per scenario, the diagonal dashed."""
     import matplotlib.pyplot as plt
 
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     print_table(rows)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        draw(table, args.out / "coverage.png")
+        draw_coverage(table, args.out / "coverage.png")
         print(f"written to {args.out / 'coverage.png'}")
 
 

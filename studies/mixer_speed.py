@@ -29,7 +29,7 @@ from models.backbone import LanguageModel
 from studies.threads import torch_threads
 
 REFERENCE = "softmax"
-MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
+DEFAULT_MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
 
 
 @dataclass
@@ -71,7 +71,7 @@ def make_cell(name: str, T: int, batch: int, mode: str | None = None) -> Cell:
     return Cell(label, model, tokens[:, :-1], tokens[:, 1:])
 
 
-def measure(cells: list[Cell], reps: int, clock: Callable[[], float]) -> None:
+def time_cells(cells: list[Cell], reps: int, clock: Callable[[], float]) -> None:
     for cell in cells:
         cell.step()  # warm-up
     for _ in range(reps):
@@ -81,7 +81,7 @@ def measure(cells: list[Cell], reps: int, clock: Callable[[], float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mixers", default=",".join(MIXERS))
+    parser.add_argument("--mixers", default=",".join(DEFAULT_MIXERS))
     parser.add_argument("--seq-lens", default="64,1024")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
@@ -97,7 +97,7 @@ def main() -> None:
     with torch_threads(args.threads):
         for T in map(int, args.seq_lens.split(",")):
             cells = [make_cell(name, T, args.batch) for name in [REFERENCE, *mixers]]
-            measure(cells, args.reps, clock)
+            time_cells(cells, args.reps, clock)
             reference = cells[0].tokens_per_s()
             print(f"\nT = {T}, batch {args.batch}, {args.reps} steps each ({args.clock} clock)")
             print("| mixer | tokens/s | vs softmax |")
@@ -108,7 +108,7 @@ def main() -> None:
             if args.recurrent_at != T:
                 continue
             loops = [make_cell(name, T, args.batch, mode="recurrent") for name in mixers]
-            measure(loops, args.recurrent_reps, clock)
+            time_cells(loops, args.recurrent_reps, clock)
             print(f"\nT = {T}: chunk form against the step loop (mode='recurrent')")
             print("| mixer | chunk tokens/s | recurrent tokens/s | chunk / recurrent |")
             print("|---|---|---|---|")

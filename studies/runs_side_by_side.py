@@ -30,7 +30,7 @@ from pathlib import Path
 from harness.training.threads import usable_cores
 
 
-def start(steps: int, model: str, threads: int, folder: Path, env: dict) -> subprocess.Popen:
+def start_run(steps: int, model: str, threads: int, folder: Path, env: dict) -> subprocess.Popen:
     """One training run in the background, its record under `folder`."""
     command = [
         sys.executable,
@@ -53,7 +53,7 @@ def scenario(runs: int, threads: int, steps: int, model: str, env: dict) -> list
     """Start `runs` runs at once with `threads` each; their records' speed and threads."""
     with tempfile.TemporaryDirectory() as scratch:
         folders = [Path(scratch) / str(i) for i in range(runs)]
-        for proc in [start(steps, model, threads, f, env) for f in folders]:
+        for proc in [start_run(steps, model, threads, f, env) for f in folders]:
             proc.wait()
         records = [json.loads((f / "results.json").read_text()) for f in folders]
     return [

@@ -76,7 +76,7 @@ def probe(weights: torch.Tensor) -> dict:
     }
 
 
-def run(T: int, draws: int, betas: list[float]) -> list[dict]:
+def sharpness_rows(T: int, draws: int, betas: list[float]) -> list[dict]:
     """Rows (map, beta): mean target / max weight, most negative weight, bound (None when
     the map's features can be negative). Each map is drawn once per seed, for every beta."""
     keys = [unit_keys(T, HEAD_DIM, seed) for seed in range(draws)]
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
 def run_main(args: argparse.Namespace) -> dict[str, list[dict]]:
     started = time.perf_counter()
     betas = BETAS[::2] if args.quick else BETAS
-    rows = run(args.keys, draws=2 if args.quick else 5, betas=betas)
+    rows = sharpness_rows(args.keys, draws=2 if args.quick else 5, betas=betas)
     table = summary(rows)
     print(
         f"attention weight a query q = beta k_j puts on its key j, {args.keys} keys, d={HEAD_DIM}"

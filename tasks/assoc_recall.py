@@ -42,7 +42,7 @@ import numpy as np
 
 from common.checks import is_real, require, require_choice, require_int
 from tasks.base import IGNORE, Task, require_int_given, token_sets
-from tasks.load import Load, describe, load_bounds, require_load
+from tasks.load import Load, describe_task_load, load_bounds, require_load
 from tasks.registry import register
 from tasks.sampling import (
     BITMAP_BUDGET,
@@ -86,7 +86,7 @@ class AssocRecall(Task):
             seq_len,
             4 * most,
             None,
-            f"for {describe('num_kv_pairs', num_kv_pairs)} "
+            f"for {describe_task_load('num_kv_pairs', num_kv_pairs)} "
             "(4 tokens per pair: the pair and its query slot)",
         )
         require(is_real(power_a) and 0 < power_a <= 1, "power_a", power_a, "a float in (0, 1]")

@@ -56,7 +56,7 @@ def normalised(value: Any) -> Load:
     return [int(v) for v in value] if is_range(value) else int(value)
 
 
-def describe(name: str, value: Any) -> str:
+def describe_task_load(name: str, value: Any) -> str:
     """`name=value` for an error message about a bound the load sets: with a range, the
     largest load is the one that must fit (`num_kv_pairs=[4, 64] (largest load 64)`)."""
     if is_range(value):

@@ -41,7 +41,7 @@ import numpy as np
 
 from common.checks import is_real, require, require_int
 from tasks.base import Task, require_int_given, token_sets
-from tasks.load import Load, describe, load_bounds, require_load
+from tasks.load import Load, describe_task_load, load_bounds, require_load
 from tasks.registry import register
 from tasks.sampling import (
     depth_bins,
@@ -87,7 +87,7 @@ class Needle(Task):
             seq_len,
             3 if most == 0 else 2 * most + 5,
             None,
-            f"for {describe('num_distractors', num_distractors)} "
+            f"for {describe_task_load('num_distractors', num_distractors)} "
             "(the needle, the pairs and the query)",
         )
         is_uniform = isinstance(depth, str) and depth == "uniform"

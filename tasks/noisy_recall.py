@@ -41,7 +41,7 @@ import numpy as np
 
 from common.checks import require_int
 from tasks.base import PerRowLoadTask, require_int_given, token_sets
-from tasks.load import Load, describe, load_bounds, require_load
+from tasks.load import Load, describe_task_load, load_bounds, require_load
 from tasks.registry import register
 from tasks.sampling import sample_block_starts, sample_distinct, sample_sorted_subsets
 
@@ -87,7 +87,7 @@ class NoisyRecall(PerRowLoadTask):
             seq_len,
             2 * most + 2 * num_queries,
             None,
-            f"for {describe('num_kv_pairs', num_kv_pairs)} and num_queries={num_queries} "
+            f"for {describe_task_load('num_kv_pairs', num_kv_pairs)} and num_queries={num_queries} "
             "(2 tokens per pair and per query)",
         )
         self.vocab_size = int(vocab_size)

@@ -36,7 +36,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from common.checks import require_int
 from tasks.base import IGNORE, PerRowLoadTask, require_int_given, token_sets
-from tasks.load import Load, describe, load_bounds, require_load
+from tasks.load import Load, describe_task_load, load_bounds, require_load
 from tasks.registry import register
 from tasks.sampling import sample_distinct, sample_sorted_subsets
 
@@ -75,7 +75,7 @@ class SelectiveCopy(PerRowLoadTask):
             seq_len,
             2 * most,
             None,
-            f"for {describe('num_tokens', num_tokens)} (the tokens, then their copy)",
+            f"for {describe_task_load('num_tokens', num_tokens)} (the tokens, then their copy)",
         )
         self.vocab_size = int(vocab_size)
         self.seq_len = int(seq_len)

@@ -72,6 +72,18 @@ def test_harness_wings_import_in_order() -> None:
     assert not offences
 
 
+def test_the_report_does_not_import_training() -> None:
+    """The report reads records, not a run's training: what both print (`human_bytes`, ...)
+    lives in `common.human`."""
+    offences = {
+        str(path.relative_to(REPO)): sorted(
+            name for name in imported_modules(path) if name.startswith("harness.training")
+        )
+        for path in sorted((REPO / "harness" / "report").rglob("*.py"))
+    }
+    assert not {k: v for k, v in offences.items() if v}
+
+
 def test_harness_keeps_few_flat_modules() -> None:
     flat = [p.name for p in (REPO / "harness").glob("*.py") if p.name != "__init__.py"]
     wings = {p.name for p in (REPO / "harness").iterdir() if (p / "__init__.py").exists()}

@@ -63,7 +63,7 @@ def overrides_in(argv: list[str]) -> list[str] | None:
     return list(args.overrides)
 
 
-def values_of(override: Override) -> list[Any] | None:
+def override_values(override: Override) -> list[Any] | None:
     """The values an override gives its key (each of a sweep's), None for a `glob(...)` or a
     sweep this module cannot list (`interval(...)`, for other sweepers)."""
     if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
@@ -79,7 +79,7 @@ def values_of(override: Override) -> list[Any] | None:
 def check_group_option(override: Override, options: dict[str, list[str]]) -> None:
     """Refuse an option a group does not have, with the nearest one."""
     group = override.key_or_group
-    for value in values_of(override) or []:
+    for value in override_values(override) or []:
         if value is None or str(value) in options[group]:
             continue
         close = difflib.get_close_matches(str(value), options[group], n=1, cutoff=0.5)
@@ -96,7 +96,7 @@ def choices(parsed: list[Override], options: dict[str, list[str]]) -> dict[str, 
     out: dict[str, list[Any]] = {}
     for override in parsed:
         if override.key_or_group in options and not override.is_delete():
-            out[override.key_or_group] = values_of(override) or []
+            out[override.key_or_group] = override_values(override) or []
     return out
 
 

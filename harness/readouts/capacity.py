@@ -34,7 +34,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from harness.readouts.convergence import FLOOR_MARGIN, NOISE_SIGMAS, training_state
+from harness.readouts.convergence import (
+    AT_FLOOR,
+    FLOOR_MARGIN,
+    NOISE_SIGMAS,
+    STILL_RISING,
+    training_state,
+)
 from harness.readouts.readout_error import readout_errors
 
 NOT_LIMITED = "not_limited"
@@ -45,15 +51,15 @@ VERDICTS = (NOT_LIMITED, CAPACITY_LIMITED, TRAINING_LIMITED)
 HOLDS_EVERY_LOAD = "holds_every_load"
 FALLS_WITHIN = "falls_within_tested_loads"
 BELOW_JUDGING_LOAD = "below_judging_load"
-AT_FLOOR = "at_floor"
-STILL_RISING = "still_rising"
+FLOOR_AT_JUDGING_LOAD = "at_floor"
+RISING_BELOW_JUDGING_LOAD = "still_rising"
 RISING_PAST_JUDGING_LOAD = "still_rising_lower_bound"
 WHY = {
     HOLDS_EVERY_LOAD: "holds every tested load",
     FALLS_WITHIN: "falls below the threshold within the tested loads",
     BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
-    AT_FLOOR: "at the binding-free floor at the judging load",
-    STILL_RISING: "still rising, below the threshold at the judging load",
+    FLOOR_AT_JUDGING_LOAD: "at the binding-free floor at the judging load",
+    RISING_BELOW_JUDGING_LOAD: "still rising, below the threshold at the judging load",
     RISING_PAST_JUDGING_LOAD: "still rising: its readout is a lower bound, not a limit",
 }
 """The reason behind each verdict, as the report writes it."""
@@ -194,10 +200,10 @@ def judged(
         return CAPACITY_LIMITED, FALLS_WITHIN
     se = sampling_error(acc, (examples or {}).get(j))
     if math.isnan(acc) or not bound(acc, floors[j], se) or training == AT_FLOOR:
-        return TRAINING_LIMITED, AT_FLOOR
+        return TRAINING_LIMITED, FLOOR_AT_JUDGING_LOAD
     if training == "converged":
         return CAPACITY_LIMITED, BELOW_JUDGING_LOAD
-    return TRAINING_LIMITED, STILL_RISING
+    return TRAINING_LIMITED, RISING_BELOW_JUDGING_LOAD
 
 
 def verdict(

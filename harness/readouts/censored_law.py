@@ -171,7 +171,7 @@ def log_likelihood(theta: np.ndarray, d: Design, slope: float | None = None) -> 
     return likelihood_and_gradient(theta, d, slope)[0]
 
 
-def start(d: Design, slope: float | None) -> np.ndarray:
+def initial_theta(d: Design, slope: float | None) -> np.ndarray:
     """Least squares on the exact runs (all runs' bounds where fewer than two are exact)."""
     use = d.masks[EXACT] if d.masks[EXACT].sum() >= 2 else np.ones_like(d.x, dtype=bool)
     x, y = d.x[use], d.lo[use] - d.offset[use]
@@ -185,14 +185,14 @@ def start(d: Design, slope: float | None) -> np.ndarray:
 def maximise(
     d: Design, slope: float | None = None, x0: np.ndarray | None = None
 ) -> tuple[np.ndarray, float] | None:
-    """(theta, log L) at the maximum, from `x0` (default `start`); None when the optimiser
+    """(theta, log L) at the maximum, from `x0` (default `initial_theta`); None when the optimiser
     fails."""
 
     def negative(theta: np.ndarray) -> tuple[float, np.ndarray]:
         value, grad = likelihood_and_gradient(theta, d, slope)
         return -value, -grad
 
-    first = start(d, slope) if x0 is None else x0
+    first = initial_theta(d, slope) if x0 is None else x0
     result = optimize.minimize(negative, first, jac=True, method="BFGS")
     if not np.all(np.isfinite(result.x)) or not math.isfinite(result.fun):
         return None

@@ -97,7 +97,7 @@ KV_CACHES = {"softmax": "layers x T tokens", "sliding_window": "layers x min(T, 
 (`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings."""
 
 
-def kv_cache(mixer: str) -> str | None:
+def kv_cache_counts(mixer: str) -> str | None:
     """What a KV cache's dashed line counts (`KV_CACHES`; a variant, `softmax x`, is its
     mixer's); None for any other mixer or a hybrid."""
     return KV_CACHES.get(mixer.split(" ", 1)[0])
@@ -189,13 +189,13 @@ def capacity_legend(
         line = "-" if mixer in laws else "none"
         label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
-    if any(kv_cache(mixer) is None for mixer in bounds):
+    if any(kv_cache_counts(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(legend_entry(label, linestyle=(0, (4, 3))))
     for mixer in bounds:
-        if kv_cache(mixer) is not None:
-            label = f"{mixer}'s KV cache: R = {kv_cache(mixer)} (dashed)"
+        if kv_cache_counts(mixer) is not None:
+            label = f"{mixer}'s KV cache: R = {kv_cache_counts(mixer)} (dashed)"
             handles.append(legend_entry(label, colour(mixer), linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
         handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from harness.readouts.capacity import AT_FLOOR, level_name
+from harness.readouts.capacity import FLOOR_AT_JUDGING_LOAD, level_name
 from harness.readouts.censored_law import LEFT, RIGHT, CensoredLaw, fit_censored_law
 from harness.readouts.drop_one_width import (
     HeldOut,
@@ -122,7 +122,7 @@ def law_runs(law: MixerLaw) -> str:
     seeds = len({r.seed for r in fitted})
     counts = fit.counts
     out = [r for r in runs if not r.fitted]
-    at_floor = sum(r.why == AT_FLOOR for r in out)
+    at_floor = sum(r.why == FLOOR_AT_JUDGING_LOAD for r in out)
     span = f"R {bounds[0]:g}-{bounds[-1]:g}, " if bounds else ""
     return (
         f"{fit.n} runs at {len(sizes)} widths ({span}{sizes[0]:,.0f}-{sizes[-1]:,.0f} floats), "

@@ -15,8 +15,7 @@ from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
 from harness.report.baselines import coinciding
-from harness.report.budget import budget as training_budget
-from harness.report.budget import joined, values_of
+from harness.report.budget import budget, joined, values_of
 from harness.report.figures import REFERENCE_LINE
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
@@ -105,7 +104,9 @@ def load_figure(
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
-    subtitle = textwrap.fill(budget(rows, load, threshold), width=int(fig.get_figwidth() * 13))
+    subtitle = textwrap.fill(
+        load_curve_subtitle(rows, load, threshold), width=int(fig.get_figwidth() * 13)
+    )
     fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
     fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=2, fontsize=8)
     return fig
@@ -115,7 +116,7 @@ LINE_STYLES = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3))
 """A distinct dash per line of one panel (seven before they repeat)."""
 
 
-def budget(rows: list[dict], load: str, threshold: float = 0.9) -> str:
+def load_curve_subtitle(rows: list[dict], load: str, threshold: float = 0.9) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
     what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
     mixtures = values_of(rows, "task.mixture")
@@ -124,7 +125,7 @@ def budget(rows: list[dict], load: str, threshold: float = 0.9) -> str:
     else:
         trained = f"trained on {load}={joined(values_of(rows, f'task.{load}')) if rows else '?'}"
     return (
-        f"{trained}, {training_budget(rows)}; line: seed mean, "
+        f"{trained}, {budget(rows)}; line: seed mean, "
         f"points: seeds (hollow: not converged; beyond three, a band of one std); "
         f"light line: {threshold:g}"
     )

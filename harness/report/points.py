@@ -102,7 +102,7 @@ def parameter_columns(rows: list[dict]) -> list[str]:
     ]
 
 
-def refused(row: dict) -> bool:
+def is_refused_row(row: dict) -> bool:
     """A run refused before it was built (its parameters are the mistake, not a setting)."""
     return row.get("status") == FAILED and "state.floats_per_layer" not in row
 
@@ -247,7 +247,7 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
         for k, v in mean_metrics(group).items()
         if k.startswith(BASELINE_PREFIX)
     } or fallback_baselines(first)
-    point.refused = all(refused(r) for r in group)
+    point.refused = all(is_refused_row(r) for r in group)
     point.capacity = [
         {"seed": r.get("seed"), **{k[9:]: v for k, v in r.items() if k.startswith("capacity.")}}
         for r in sorted(ok, key=lambda r: sort_key(r.get("seed")))

@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from common.human import human_bytes  # noqa: E402
 from harness.config.short_names import in_figure as short  # noqa: E402
-from harness.training.console import human_bytes  # noqa: E402
 from models import MIXERS  # noqa: E402
 
 REFERENCE = "softmax"

@@ -6,17 +6,17 @@ not learn (docs/background.md, "Reading a load curve")."""
 from collections import Counter
 
 from harness.readouts.capacity import (
-    AT_FLOOR,
     BELOW_JUDGING_LOAD,
+    FLOOR_AT_JUDGING_LOAD,
     HOLDS_EVERY_LOAD,
-    STILL_RISING,
+    RISING_BELOW_JUDGING_LOAD,
     WHY,
     accuracy_by_load,
     level_name,
     load_of,
     shown,
 )
-from harness.readouts.convergence import left_floor, under_floor
+from harness.readouts.convergence import STILL_RISING, left_floor, under_floor
 from harness.records.schema import OK
 from harness.report.points import Point, sort_key
 from harness.report.style import describe, model_order
@@ -52,18 +52,25 @@ def listed(points: list[Point], most: int = 8) -> str:
 def advice(readouts: list[dict], largest: str) -> str:
     """What to change for a cell, from its seeds' verdicts and reasons."""
     why = Counter(r.get("why") for r in readouts)
-    if why[AT_FLOOR] == len(readouts):
+    if why[FLOOR_AT_JUDGING_LOAD] == len(readouts):
         return (
             "not learned: every seed at the binding-free floor; try another optim.lr or a "
             "larger trainer.max_steps before reading it as capacity"
         )
     tips = []
-    if why[AT_FLOOR] or why[STILL_RISING]:
+    if why[FLOOR_AT_JUDGING_LOAD] or why[RISING_BELOW_JUDGING_LOAD]:
         tips.append("raise trainer.max_steps for the training_limited seeds")
-    if any(r.get("training") == STILL_RISING for r in readouts if r.get("why") != STILL_RISING):
+    if any(
+        r.get("training") == STILL_RISING
+        for r in readouts
+        if r.get("why") != RISING_BELOW_JUDGING_LOAD
+    ):
         tips.append("readouts of runs still rising are lower bounds: more steps can raise them")
     read_above = [
-        r for r in readouts if r.get("why") not in (AT_FLOOR, STILL_RISING, BELOW_JUDGING_LOAD)
+        r
+        for r in readouts
+        if r.get("why")
+        not in (FLOOR_AT_JUDGING_LOAD, RISING_BELOW_JUDGING_LOAD, BELOW_JUDGING_LOAD)
     ]
     if why[BELOW_JUDGING_LOAD] and not read_above:
         tips.append("its state holds less than the judging load: widen it to read its n90")

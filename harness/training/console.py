@@ -1,7 +1,7 @@
 """What a run prints, in one place: the known warnings and banners silenced once, progress bars
 only on a terminal (one line per validation off it, `progress_line`, printed by
-`harness.training.progress`), one closing line per job, what to do after Ctrl-C, and the human
-formatters they share (sizes, times, counts).
+`harness.training.progress`), one closing line per job, what to do after Ctrl-C. The human
+formatters they share (sizes, times, counts) are `common.human`'s, which the report uses too.
 
 A sweep's header and closing summary are printed by `harness.records.sweep_console` (a Hydra
 callback)."""
@@ -11,6 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from common.human import human_bytes, human_count, human_time
 from harness.readouts.capacity import (
     NOT_LIMITED,
     RISING_PAST_JUDGING_LOAD,
@@ -79,26 +80,6 @@ def show_progress_lines(requested: bool) -> bool:
     """Off a terminal, progress asked for is one line per validation
     (`harness.training.progress`)."""
     return bool(requested) and not on_terminal()
-
-
-def human_bytes(count: float | None) -> str:
-    """`12.0 KiB`-style size (binary units, as memory is counted)."""
-    if count is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
-
-
-def human_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, seconds = divmod(round(seconds), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 # Binding-free strategies from the least to the most informed: of baselines that score alike
@@ -211,14 +192,6 @@ def interrupted(checkpoint: Path, step: int | None, max_steps: int, sweep: Path 
         kept = f"training state kept at step {step} of {max_steps} in {checkpoint}"
         return f"interrupted: {kept}; {rerun} to resume from step {step}"
     return f"interrupted before the first checkpoint; {rerun} to start this job again"
-
-
-def human_count(count: float) -> str:
-    """`950`, `4.9k`, `1.2M`: a rate in three significant characters or so."""
-    for unit, size in (("M", 1e6), ("k", 1e3)):
-        if count >= size:
-            return f"{count / size:.1f}{unit}"
-    return f"{count:.0f}"
 
 
 def progress_line(

@@ -199,7 +199,7 @@ def targets(results: dict[str, list[dict]], peak: float | None) -> list[dict]:
 # ----------------------------------------------------------------------------- figure
 
 
-def series(rows: list[dict], value: str, key: str, keep: Callable[[dict], bool]) -> dict:
+def xy_series(rows: list[dict], value: str, key: str, keep: Callable[[dict], bool]) -> dict:
     out: dict = {}
     for r in rows:
         if keep(r):
@@ -220,23 +220,23 @@ def plot(results: dict[str, list[dict]], path: Path) -> Path | None:
     panels = []
     if train:
         panels += [
-            {"series": series(train, "tokens_per_s", "form", group("kernel")),
+            {"series": xy_series(train, "tokens_per_s", "form", group("kernel")),
              "title": "kernels, forward+backward", "ylabel": "tokens/s", **log},
-            {"series": series(train, "tokens_per_s", "form", group("mixer")),
+            {"series": xy_series(train, "tokens_per_s", "form", group("mixer")),
              "title": "mixers, forward+backward", "ylabel": "tokens/s", **log},
-            {"series": series(train, "peak_mem_mb", "form", group("kernel")),
+            {"series": xy_series(train, "peak_mem_mb", "form", group("kernel")),
              "title": "kernels, peak memory", "ylabel": "MB", **log},
         ]  # fmt: skip
     if step:
         step_lens = {r["T"] for r in step}
         panels.append(
-            {"series": series(step, "vs_softmax", "mixer", default_block), "hline": 1.0,
+            {"series": xy_series(step, "vs_softmax", "mixer", default_block), "hline": 1.0,
              "marks": {"target": [(T, need) for T, need, _ in STEP_TARGETS if T in step_lens]},
              "title": "training step, tokens/s vs softmax", "ylabel": "ratio", **log}
         )  # fmt: skip
     if decode:
         panels.append(
-            {"series": series(decode, "state_kb", "mixer", lambda r: True),
+            {"series": xy_series(decode, "state_kb", "mixer", lambda r: True),
              "title": "decoding state per sequence", "ylabel": "KB", **log}
         )  # fmt: skip
     return save_plot(path, panels) if panels else None

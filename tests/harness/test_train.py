@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from common.human import human_bytes
 from harness.config.refusal import BadInput
 from harness.train import run
-from harness.training.console import human_bytes
 from tests.conftest import SMALL_RECALL, run_cli
 
 RECORD_KEYS = {

@@ -7,16 +7,16 @@ import math
 import pytest
 
 from harness.readouts.capacity import (
-    AT_FLOOR,
     BELOW_JUDGING_LOAD,
     CAPACITY_LIMITED,
     FALLS_WITHIN,
+    FLOOR_AT_JUDGING_LOAD,
     HOLDS_EVERY_LOAD,
     LEFT,
     NOT_LIMITED,
     RIGHT,
+    RISING_BELOW_JUDGING_LOAD,
     RISING_PAST_JUDGING_LOAD,
-    STILL_RISING,
     TRAINING_LIMITED,
     judged,
     judging_load,
@@ -27,7 +27,7 @@ from harness.readouts.capacity import (
     shown,
     verdict,
 )
-from harness.readouts.convergence import training_state
+from harness.readouts.convergence import AT_FLOOR, STILL_RISING, training_state
 
 LOADS = (1, 2, 4, 8, 16, 32, 64)
 MQAR_FLOORS = {n: 1 / n for n in LOADS}  # in-context guessing: one of n values
@@ -92,14 +92,17 @@ def test_converged_above_the_floor_below_the_threshold_is_left_censored():
 
 def test_the_same_curve_still_rising_is_training_limited():
     acc = curve(0.85, 0.70, 0.49, 0.29, 0.15, 0.08, 0.04)
-    assert judged(acc, MQAR_FLOORS, 0.9, STILL_RISING) == (TRAINING_LIMITED, STILL_RISING)
-    assert judged(acc, MQAR_FLOORS, 0.9, None) == (TRAINING_LIMITED, STILL_RISING)
+    assert judged(acc, MQAR_FLOORS, 0.9, STILL_RISING) == (
+        TRAINING_LIMITED,
+        RISING_BELOW_JUDGING_LOAD,
+    )
+    assert judged(acc, MQAR_FLOORS, 0.9, None) == (TRAINING_LIMITED, RISING_BELOW_JUDGING_LOAD)
 
 
 def test_a_flat_curve_at_the_floor_is_labelled_so_never_still_rising():
     acc = {n: 1 / n + 0.01 for n in LOADS}
     for training in ("converged", STILL_RISING, AT_FLOOR, None):
-        assert judged(acc, MQAR_FLOORS, 0.9, training) == (TRAINING_LIMITED, AT_FLOOR)
+        assert judged(acc, MQAR_FLOORS, 0.9, training) == (TRAINING_LIMITED, FLOOR_AT_JUDGING_LOAD)
     flat = {"converged": False, "val_curve": [[250, 0.15], [2000, 0.16]], "floor": 0.156}
     assert training_state(flat) == AT_FLOOR
     rising = {**flat, "val_curve": [[250, 0.15], [2000, 0.6]]}

@@ -116,7 +116,7 @@ def test_a_variants_seeds_are_its_own_runs() -> None:
 def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     """A run trained on `task.mixture` says so, not the test range of its base task."""
     from harness.records.sweep import flat_row
-    from harness.report.load_curve import budget
+    from harness.report.load_curve import load_curve_subtitle
 
     mixture = [
         {"seq_len": 64, "num_kv_pairs": 4, "share": 5},
@@ -125,10 +125,10 @@ def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     record = {"task_params": {"num_kv_pairs": [4, 256]}, "config": {"task": {"mixture": mixture}}}
     row = flat_row(record)
     assert row["task.mixture"] == "(num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1"
-    assert budget([row], "num_kv_pairs").startswith(
+    assert load_curve_subtitle([row], "num_kv_pairs").startswith(
         "trained on the mixture (num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1,"
     )
-    assert budget(
+    assert load_curve_subtitle(
         [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs"
     ).startswith("trained on num_kv_pairs=[4, 64],")
 

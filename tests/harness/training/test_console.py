@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.readouts.capacity import STILL_RISING, readout
+from common.human import human_bytes
+from harness.readouts.capacity import readout
+from harness.readouts.convergence import STILL_RISING
 from harness.training.checkpoint import saved_step
 from harness.training.console import (
-    human_bytes,
     interrupted,
     job_line,
     quiet,

@@ -163,7 +163,7 @@ class Trainer:
     accelerator: Literal[ACCELERATORS] = "auto"
     devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.config.devices")
     precision: Any = setting("32-true", choices=precisions)
-    max_steps: int = setting(1500, low=1)
+    max_steps: int = setting(1200, low=1)
     max_epochs: int | None = setting(-1, low=-1, none="no epoch limit", note="-1: no limit")
     val_check_interval: int | float = setting(
         100,

@@ -77,7 +77,7 @@ def test_cli_refusal_before_training_is_one_line_and_exit_2(tmp_path: Path, args
 def test_the_defaults_pass_and_are_the_declared_ones(make_cfg) -> None:
     cfg = make_cfg([])
     check_settings(cfg)
-    assert RunSettings().optim.lr == 0.002 and RunSettings().trainer.max_steps == 1500
+    assert RunSettings().optim.lr == 0.002 and RunSettings().trainer.max_steps == 1200
     assert defaults()["early_stop_acc"] == 0.99 and defaults()["data.seed"] == "${seed}"
     assert "trainer.strategy" not in defaults()  # only trainer=ddp (or +trainer.strategy) sets it
 

@@ -42,7 +42,7 @@ def trained_qkv(seconds: float, steps: int, seed: int = 0) -> tuple[tuple, dict]
     hook = mixer.register_forward_hook(lambda m, args, out: captured.update(x=args[0]))
     model.eval()
     with torch.no_grad():
-        model(data.splits["val"].columns["inputs"][:32])
+        model(data.splits["val"].parts[0]["inputs"][:32])
         q, k, v = (t.flatten(0, 1).double() for t in mixer.split_heads(captured["x"]))
     hook.remove()
     info = {

@@ -1,29 +1,30 @@
 """LightningDataModule serving a task's train / val / test splits as torch tensors.
 
+Every split is a `MixtureDataset` of one or more components: a mixture of task settings
+(Zoology's list of (length, pairs) with shares of the examples) has one component per setting,
+a plain run and each test set have one. Each component is generated and cached on its own,
+every batch holds examples of one component only (so batches of different lengths never pad),
+and training interleaves the components' batches at random in proportion to their sizes
+(`StepBatchSampler`); validation covers the same mixture. Test sets may use other settings
+than training (`test_overrides`: e.g. a wider range of loads).
+
 Data parallel (DDP) without Lightning's sampler injection (`use_distributed_sampler: false`,
 set in conf/trainer/default.yaml): training batches are a function of the step, and of the
 step only; `data.batch_size` is the global batch, and rank r of W trains on the r-th of its
 W equal parts, so every rank sees different examples, the union over ranks is exactly the
 batch one process would draw at that step, and a resumed run continues exactly.
-Evaluation splits are sharded without repetition (rank r takes examples r, r + W, ...), so
-each example is counted once when the ranks' counts are summed.
-
-A mixture of task settings (Zoology's list of (length, pairs) with shares of the examples)
-trains on several variants of the task at once: each component is generated and cached on its
-own, every batch holds examples of one component only (so batches of different lengths never
-pad), and the components' batches are interleaved at random in proportion to their sizes
-(`MixtureBatchSampler`); validation draws from the same mixture. Test sets may use other
-settings than training (`test_overrides`: e.g. a wider range of loads).
+Evaluation splits are sharded without repetition (`BucketBatchSampler`: rank r takes
+examples r, r + W, ... of each component), so each example is counted once when the ranks'
+counts are summed.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from common.checks import InvalidValue, is_real, require
@@ -35,23 +36,34 @@ Mixture = list[tuple[dict[str, Any], float]]
 """Components of a mixture: (task-parameter overrides, share of the examples)."""
 
 
-class ArrayDataset(Dataset):
-    """Columns of equal length; a batch is fetched with one fancy index per column."""
+class MixtureDataset(Dataset):
+    """The concatenation of one or more components, each columns of equal length (indices
+    0 .. sum - 1, component by component: example i of component c is `offsets[c] + i`).
+    A batch comes from one component, fetched with one fancy index per column; indices that
+    span components raise a `ValueError`."""
 
-    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
-        self.columns = {name: torch.from_numpy(np.asarray(a)) for name, a in arrays.items()}
-        self.length = len(self.columns["inputs"])
+    def __init__(self, parts: Sequence[Mapping[str, np.ndarray]]) -> None:
+        self.parts = [
+            {name: torch.from_numpy(np.asarray(a)) for name, a in part.items()} for part in parts
+        ]
+        self.sizes = [len(part["inputs"]) for part in self.parts]
+        self.offsets = np.cumsum([0, *self.sizes]).tolist()
 
     def __len__(self) -> int:
-        return self.length
+        return self.offsets[-1]
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The columns as numpy arrays (no copy)."""
-        return {name: column.numpy() for name, column in self.columns.items()}
+    def arrays(self, component: int = 0) -> dict[str, np.ndarray]:
+        """The columns of one component as numpy arrays (no copy)."""
+        return {name: column.numpy() for name, column in self.parts[component].items()}
 
     def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        """The columns at `indices` (all of one component), each a tensor [len(indices), ...]."""
+        c = int(np.searchsorted(self.offsets, indices[0], side="right")) - 1
+        start, end = self.offsets[c], self.offsets[c + 1]
         index = torch.as_tensor(indices)
-        return {name: column[index] for name, column in self.columns.items()}
+        if index.min() < start or index.max() >= end:
+            raise ValueError(f"a batch spans components of the mixture: {indices}")
+        return {name: column[index - start] for name, column in self.parts[c].items()}
 
 
 class EpochBatches:
@@ -76,6 +88,8 @@ class EpochBatches:
 
 
 def check_batch_split(batch_size: int, rank: int, world_size: int) -> None:
+    """Raise a `ValueError` unless the global batch splits evenly over `world_size` ranks and
+    `rank` is one of them."""
     if batch_size % world_size or not 0 <= rank < world_size:
         raise ValueError(
             f"batch_size={batch_size} must split evenly over world_size={world_size} (rank={rank})"
@@ -83,16 +97,23 @@ def check_batch_split(batch_size: int, rank: int, world_size: int) -> None:
 
 
 class StepBatchSampler(Sampler[list[int]]):
-    """Training batches as a function of the step alone: batch s is batch s of
-    `EpochBatches(num_examples, batch_size, seed)`. Starting at `start_step` (< num_steps)
-    continues a killed run exactly.
+    """Training batches as a function of the step alone, each drawn from one component of a
+    `MixtureDataset` (indices into the concatenation of the components).
+
+    Component c (`sizes[c]` examples) is a stream `EpochBatches(sizes[c], batch_size,
+    seeds[c])` of E_c batches per epoch. An epoch is E = sum_c E_c steps, in an order drawn
+    with a generator seeded by (seed, epoch): component c takes E_c of them, so the batches of
+    each component come in proportion to its size, at random; the k-th step of component c in
+    epoch e takes its batch e * E_c + k. With one component, step s takes batch s of its
+    stream. Starting at `start_step` (< num_steps) continues a killed run exactly.
 
     Under data parallelism `batch_size` is the global batch: rank `rank` of `world_size`
     yields the rank-th of world_size equal, disjoint parts of every step's batch."""
 
     def __init__(
         self,
-        num_examples: int,
+        sizes: Sequence[int],
+        seeds: Sequence[int],
         batch_size: int,
         seed: int,
         start_step: int,
@@ -101,10 +122,17 @@ class StepBatchSampler(Sampler[list[int]]):
         world_size: int = 1,
     ) -> None:
         check_batch_split(batch_size, rank, world_size)
-        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        if len(seeds) != len(sizes):
+            raise ValueError(f"one seed per component: {len(sizes)} sizes, {len(seeds)} seeds")
+        self.sizes, self.seeds = list(sizes), list(seeds)
+        self.batch_size, self.seed = batch_size, seed
         self.start_step, self.num_steps = start_step, num_steps
         self.rank, self.world_size = rank, world_size
-        self.per_epoch = max(1, num_examples // batch_size)
+        self.offsets = np.cumsum([0, *self.sizes])[:-1].tolist()
+        self.per_component = [max(1, n // batch_size) for n in self.sizes]
+        labels = np.repeat(np.arange(len(self.sizes)), self.per_component)
+        self.labels, self.per_epoch = labels, labels.size
+        self.schedule_epoch, self.schedule, self.rank_in = None, labels, labels
 
     def __len__(self) -> int:
         """All steps of training (Lightning's loop counts restored steps into the epoch)."""
@@ -112,47 +140,8 @@ class StepBatchSampler(Sampler[list[int]]):
 
     def batches(self) -> Callable[[int], torch.Tensor]:
         """step -> the global batch of that step (int64 example indices)."""
-        return EpochBatches(self.num_examples, self.batch_size, self.seed).batch
-
-    def __iter__(self):
-        batch_at = self.batches()
-        for step in range(self.start_step, self.num_steps):
-            yield batch_at(step).tensor_split(self.world_size)[self.rank].tolist()
-
-
-class MixtureBatchSampler(StepBatchSampler):
-    """Training batches of a mixture, as a function of the step alone; each batch is drawn
-    from one component (indices into the concatenation of the components, `offsets`).
-
-    Component c (`sizes[c]` examples) is a stream `EpochBatches(sizes[c], batch_size,
-    seed_c)` of E_c batches per epoch. An epoch of the mixture is E = sum_c E_c steps, in an
-    order drawn with a generator seeded by (seed, epoch): component c takes E_c of them, so
-    the batches of each component come in proportion to its size, at random; the k-th step
-    of component c in epoch e takes its batch e * E_c + k."""
-
-    def __init__(
-        self,
-        sizes: Sequence[int],
-        batch_size: int,
-        seed: int,
-        start_step: int,
-        num_steps: int,
-        rank: int = 0,
-        world_size: int = 1,
-    ) -> None:
-        super().__init__(sum(sizes), batch_size, seed, start_step, num_steps, rank, world_size)
-        self.sizes = list(sizes)
-        self.offsets = np.cumsum([0, *self.sizes])[:-1].tolist()
-        self.component_seeds = [split_seed(seed, "train", c) for c in range(len(self.sizes))]
-        self.per_component = [max(1, n // batch_size) for n in self.sizes]
-        labels = np.repeat(np.arange(len(self.sizes)), self.per_component)
-        self.labels, self.per_epoch = labels, labels.size
-        self.schedule_epoch, self.schedule, self.rank_in = None, labels, labels
-
-    def batches(self) -> Callable[[int], torch.Tensor]:
         streams = [
-            EpochBatches(n, self.batch_size, s)
-            for n, s in zip(self.sizes, self.component_seeds, strict=True)
+            EpochBatches(n, self.batch_size, s) for n, s in zip(self.sizes, self.seeds, strict=True)
         ]
 
         def batch_at(step: int) -> torch.Tensor:
@@ -176,11 +165,17 @@ class MixtureBatchSampler(StepBatchSampler):
         c = int(self.schedule[index])
         return c, epoch * self.per_component[c] + int(self.rank_in[index])
 
+    def __iter__(self) -> Iterator[list[int]]:
+        batch_at = self.batches()
+        for step in range(self.start_step, self.num_steps):
+            yield batch_at(step).tensor_split(self.world_size)[self.rank].tolist()
+
 
 class BucketBatchSampler(Sampler[list[int]]):
-    """Evaluation batches of a mixture, in order, each within one component (no padding):
-    component c contributes its examples offsets[c] + (rank, rank + W, ...) in batches of
-    `batch_size`, so under DDP each example is counted once."""
+    """Evaluation batches, in order, each within one component (no padding): component c
+    contributes its examples offsets[c] + (rank, rank + W, ...) in batches of `batch_size`,
+    so under DDP each example is counted once (the shards of a component differ by at most
+    one example)."""
 
     def __init__(
         self, sizes: Sequence[int], batch_size: int, rank: int = 0, world_size: int = 1
@@ -196,32 +191,20 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __len__(self) -> int:
         return len(self.batches)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[int]]:
         return iter(self.batches)
 
 
-class MixtureDataset(Dataset):
-    """The concatenation of the components' `ArrayDataset`s (indices 0 .. sum - 1, component
-    by component); a batch must come from one component (`MixtureBatchSampler`)."""
-
-    def __init__(self, parts: list[ArrayDataset]) -> None:
-        self.parts = parts
-        self.sizes = [len(part) for part in parts]
-        self.offsets = np.cumsum([0, *self.sizes])
-
-    def __len__(self) -> int:
-        return int(self.offsets[-1])
-
-    def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        index = np.asarray(indices)
-        c = int(np.searchsorted(self.offsets, index[0], side="right")) - 1
-        if index.min() < self.offsets[c] or index.max() >= self.offsets[c + 1]:
-            raise ValueError(f"a batch spans components of the mixture: {indices}")
-        return self.parts[c].__getitems__((index - self.offsets[c]).tolist())
-
-
 def keep_batch(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The collate function: `MixtureDataset.__getitems__` already returns the batch."""
     return batch
+
+
+def batch_seed(seed: int, component: int | None) -> int:
+    """The seed of a training component's stream of batches (`StepBatchSampler`): the data
+    `seed` itself for the one component of a run without a mixture (`component` None), the
+    seed of the component's training examples in a mixture."""
+    return seed if component is None else split_seed(seed, "train", component)
 
 
 def mixture_from_config(
@@ -270,10 +253,11 @@ class TaskDataModule(L.LightningDataModule):
 
     `mixture` (optional, `Mixture`): train and validate on these variants of `task` instead
     (component i = `task` with its overrides, `num_train` and `num_val` split in proportion to
-    the shares); `test_overrides` (optional): the test sets are of `task` with these
-    parameters changed (e.g. {"num_kv_pairs": [1, 128], "load_dist": "log2"}), then of that
-    task at each length of `eval_seq_lens`. A bad override raises the `InvalidValue` of
-    common.checks under its full key (`task.mixture[i].<name>`, `task.test.<name>`)."""
+    the shares); without one, train and val have the single component `task`. `test_overrides`
+    (optional): the test sets are of `task` with these parameters changed (e.g.
+    {"num_kv_pairs": [1, 128], "load_dist": "log2"}), then of that task at each length of
+    `eval_seq_lens`. A bad override raises the `InvalidValue` of common.checks under its full
+    key (`task.mixture[i].<name>`, `task.test.<name>`)."""
 
     def __init__(
         self,
@@ -296,6 +280,8 @@ class TaskDataModule(L.LightningDataModule):
             overridden(task, overrides, f"task.mixture[{i}]")
             for i, (overrides, _) in enumerate(self.mixture)
         ] or [task]
+        # the key of each training component in `split_seed` (None: the split's own seed)
+        self.components: list[int | None] = list(range(len(self.mixture))) or [None]
         shares = [share for _, share in self.mixture] or [1.0]
         self.counts = {split: split_counts(self.sizes[split], shares) for split in ("train", "val")}
         for split, key in (("train", "num_train"), ("val", "num_val")):
@@ -311,8 +297,8 @@ class TaskDataModule(L.LightningDataModule):
         self.test_tasks = [test_task] + [
             at_length(test_task, n, eval_seq_lens) for n in lengths[1:]
         ]
-        self.splits: dict[str, ArrayDataset | MixtureDataset] = {}
-        self.test_sets: list[ArrayDataset] = []
+        self.splits: dict[str, MixtureDataset] = {}
+        self.test_sets: list[MixtureDataset] = []
 
     @property
     def test_seq_lens(self) -> list[int]:
@@ -329,22 +315,24 @@ class TaskDataModule(L.LightningDataModule):
         """The longest sequence of any split, test sets included."""
         return max(self.max_train_seq_len, *self.test_seq_lens)
 
-    def _load(self, task: Task, split: str, num: int, component: int | None = None) -> ArrayDataset:
-        seed = split_seed(self.seed, split, component)
-        return ArrayDataset(load_split(task, num, seed, self.cache_dir))
-
-    def _load_fit(self, split: str) -> ArrayDataset | MixtureDataset:
-        """The train or val split: of `task`, or of each component of the mixture."""
-        if not self.mixture:
-            return self._load(self.task, split, self.sizes[split])
+    def _load(self, split: str, parts: Iterable[tuple[Task, int, int | None]]) -> MixtureDataset:
+        """The components (task, number of examples, key in `split_seed`) of `split`, each
+        generated once and cached."""
         return MixtureDataset(
             [
-                self._load(task, split, count, i)
-                for i, (task, count) in enumerate(
-                    zip(self.train_tasks, self.counts[split], strict=True)
-                )
+                load_split(task, num, split_seed(self.seed, split, key), self.cache_dir)
+                for task, num, key in parts
             ]
         )
+
+    def _load_fit(self, split: str) -> MixtureDataset:
+        """The train or val split: one component per task of `train_tasks`."""
+        parts = zip(self.train_tasks, self.counts[split], self.components, strict=True)
+        return self._load(split, parts)
+
+    def _load_test(self, task: Task) -> MixtureDataset:
+        """The test set of `task` (one component)."""
+        return self._load("test", [(task, self.sizes["test"], None)])
 
     def prepare_data(self) -> None:
         """Generate and cache every split once (rank 0 only under DDP)."""
@@ -353,26 +341,23 @@ class TaskDataModule(L.LightningDataModule):
         for split in ("train", "val"):
             self._load_fit(split)
         for task in self.test_tasks:
-            self._load(task, "test", self.sizes["test"])
+            self._load_test(task)
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", None) and not self.splits:
             self.splits = {split: self._load_fit(split) for split in ("train", "val")}
         if stage in ("test", None) and not self.test_sets:
-            self.test_sets = [
-                self._load(task, "test", self.sizes["test"]) for task in self.test_tasks
-            ]
+            self.test_sets = [self._load_test(task) for task in self.test_tasks]
 
     def val_baselines(self) -> dict[str, float]:
-        """`Task.baselines` of the validation split (of a mixture: pooled over its components,
-        weighted by their scored positions, as validation accuracy is)."""
+        """`Task.baselines` of the validation split, pooled over its components weighted by
+        their scored positions, as validation accuracy is."""
         self.setup("fit")
         val = self.splits["val"]
-        parts = val.parts if isinstance(val, MixtureDataset) else [val]
         return pool_baselines(
             [
-                (task.baselines(part.arrays()), scored_positions(part.arrays()))
-                for task, part in zip(self.train_tasks, parts, strict=True)
+                (task.baselines(val.arrays(c)), scored_positions(val.arrays(c)))
+                for c, task in enumerate(self.train_tasks)
             ]
         )
 
@@ -393,38 +378,22 @@ class TaskDataModule(L.LightningDataModule):
             return 0, 1
         return self.trainer.global_rank, self.trainer.world_size
 
-    def _loader(self, dataset: ArrayDataset | MixtureDataset) -> DataLoader:
-        """In order; under DDP this rank's shard, without the padding that would count
-        examples twice (shards differ by at most one example); a mixture batch by batch
-        within each component."""
-        rank, world_size = self._ranks()
-        if isinstance(dataset, MixtureDataset):
-            sampler = BucketBatchSampler(dataset.sizes, self.batch_size, rank, world_size)
-            return DataLoader(dataset, batch_sampler=sampler, collate_fn=keep_batch)
-        sampler = None
-        if world_size > 1:
-            sampler = UnrepeatedDistributedSampler(
-                dataset, num_replicas=world_size, rank=rank, shuffle=False
-            )
-        return DataLoader(
-            dataset, batch_size=self.batch_size, sampler=sampler, collate_fn=keep_batch
-        )
+    def _loader(self, dataset: MixtureDataset) -> DataLoader:
+        """In order, batch by batch within each component; under DDP this rank's shard,
+        without the padding that would count examples twice."""
+        sampler = BucketBatchSampler(dataset.sizes, self.batch_size, *self._ranks())
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:
-        """One pass of `max_steps` batches; when resuming, from the restored step on; under
-        DDP this rank's part of each (global) batch; a mixture's batches one component each."""
+        """One pass of `max_steps` batches, each of one component; when resuming, from the
+        restored step on; under DDP this rank's part of each (global) batch."""
         start = self.trainer.global_step if self.trainer else 0
         total = self.trainer.max_steps if self.trainer else 1
-        rank, world_size = self._ranks()
         train = self.splits["train"]
-        if isinstance(train, MixtureDataset):
-            sampler = MixtureBatchSampler(
-                train.sizes, self.batch_size, self.seed, start, total, rank, world_size
-            )
-        else:
-            sampler = StepBatchSampler(
-                len(train), self.batch_size, self.seed, start, total, rank, world_size
-            )
+        seeds = [batch_seed(self.seed, key) for key in self.components]
+        sampler = StepBatchSampler(
+            train.sizes, seeds, self.batch_size, self.seed, start, total, *self._ranks()
+        )
         return DataLoader(train, batch_sampler=sampler, collate_fn=keep_batch)
 
     def val_dataloader(self) -> DataLoader:

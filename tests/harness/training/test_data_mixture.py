@@ -8,15 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import BatchSampler
 
 from common.checks import InvalidValue
 from harness.training.data_module import (
-    ArrayDataset,
     BucketBatchSampler,
-    MixtureBatchSampler,
+    EpochBatches,
     MixtureDataset,
     StepBatchSampler,
     TaskDataModule,
+    batch_seed,
     mixture_from_config,
     split_counts,
 )
@@ -36,6 +38,20 @@ def module(**kw) -> TaskDataModule:
     return TaskDataModule(TASK, **{**args, **kw})
 
 
+def mixture_sampler(sizes: list[int], batch_size: int, seed: int, *args, **kw) -> StepBatchSampler:
+    """The training sampler of a mixture of components of these sizes under data `seed`."""
+    seeds = [batch_seed(seed, c) for c in range(len(sizes))]
+    return StepBatchSampler(sizes, seeds, batch_size, seed, *args, **kw)
+
+
+class Trainer:
+    """What the data module reads of a Lightning Trainer."""
+
+    def __init__(self, global_step: int, max_steps: int, rank: int = 0, world_size: int = 1):
+        self.global_step, self.max_steps = global_step, max_steps
+        self.global_rank, self.world_size = rank, world_size
+
+
 def test_mixture_from_config_and_the_counts_it_gives() -> None:
     mixture = mixture_from_config(ZOOLOGY_LIKE)
     assert mixture[1] == ({"seq_len": 24, "num_kv_pairs": 4}, 20.0)
@@ -50,7 +66,7 @@ def test_every_training_batch_is_one_component_without_padding() -> None:
     data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
     data.setup("fit")
     train = data.splits["train"]
-    sampler = MixtureBatchSampler(train.sizes, 16, seed=3, start_step=0, num_steps=400)
+    sampler = mixture_sampler(train.sizes, 16, seed=3, start_step=0, num_steps=400)
     widths = Counter()
     for indices in sampler:
         batch = train.__getitems__(indices)
@@ -68,7 +84,7 @@ def test_every_training_batch_is_one_component_without_padding() -> None:
 
 
 def test_each_epoch_of_the_mixture_takes_every_component_batch_once() -> None:
-    sampler = MixtureBatchSampler([100, 40, 60], 10, seed=1, start_step=0, num_steps=60)
+    sampler = mixture_sampler([100, 40, 60], 10, seed=1, start_step=0, num_steps=60)
     batches = list(sampler)  # 10 + 4 + 6 = 20 steps per epoch
     for epoch in range(3):
         seen = sorted(i for b in batches[20 * epoch : 20 * (epoch + 1)] for i in b)
@@ -80,11 +96,11 @@ def test_each_epoch_of_the_mixture_takes_every_component_batch_once() -> None:
 
 def test_mixture_batches_are_a_function_of_the_step_and_split_over_ranks() -> None:
     sizes = [64, 32, 48]
-    single = list(MixtureBatchSampler(sizes, 8, 5, 0, 40))
-    assert single == list(MixtureBatchSampler(sizes, 8, 5, 0, 40))
-    assert single != list(MixtureBatchSampler(sizes, 8, 6, 0, 40))
-    assert list(MixtureBatchSampler(sizes, 8, 5, 17, 40)) == single[17:]  # a resumed run
-    parts = [list(MixtureBatchSampler(sizes, 8, 5, 0, 40, rank=r, world_size=2)) for r in (0, 1)]
+    single = list(mixture_sampler(sizes, 8, 5, 0, 40))
+    assert single == list(mixture_sampler(sizes, 8, 5, 0, 40))
+    assert single != list(mixture_sampler(sizes, 8, 6, 0, 40))
+    assert list(mixture_sampler(sizes, 8, 5, 17, 40)) == single[17:]  # a resumed run
+    parts = [list(mixture_sampler(sizes, 8, 5, 0, 40, rank=r, world_size=2)) for r in (0, 1)]
     for step, batch in enumerate(single):
         assert parts[0][step] + parts[1][step] == batch
 
@@ -113,20 +129,20 @@ def test_components_are_generated_and_cached_on_their_own(tmp_path: Path) -> Non
     assert len(list(tmp_path.iterdir())) == 3 + 3 + 1  # train and val per component, test
     data.setup()
     for i, task in enumerate(data.train_tasks):
-        cached = data.splits["train"].parts[i].arrays()
+        cached = data.splits["train"].arrays(i)
         fresh = task.generate(data.counts["train"][i], split_seed(3, "train", i))
         assert all(np.array_equal(cached[k], fresh[k]) for k in fresh)
-    ranged = data.splits["train"].parts[2].arrays()["num_kv_pairs"]
+    ranged = data.splits["train"].arrays(2)["num_kv_pairs"]
     assert set(np.unique(ranged)) == set(range(2, 9))
 
 
 def test_validation_baselines_pool_the_components_by_scored_positions() -> None:
     data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
     pooled = data.val_baselines()
-    parts = data.splits["val"].parts
-    scored = [int(np.sum(p.arrays()["labels"] != IGNORE)) for p in parts]
+    parts = [data.splits["val"].arrays(c) for c in range(3)]
+    scored = [int(np.sum(p["labels"] != IGNORE)) for p in parts]
     tasks = data.train_tasks
-    in_context = [t.baselines(p.arrays())["in_context"] for t, p in zip(tasks, parts, strict=True)]
+    in_context = [t.baselines(p)["in_context"] for t, p in zip(tasks, parts, strict=True)]
     expected = sum(b * n for b, n in zip(in_context, scored, strict=True)) / sum(scored)
     assert pooled["in_context"] == pytest.approx(expected, rel=1e-12)
     assert pooled["chance"] == 1 / 16
@@ -135,13 +151,40 @@ def test_validation_baselines_pool_the_components_by_scored_positions() -> None:
 def test_without_a_mixture_the_splits_and_batches_are_those_of_the_task() -> None:
     data = module()
     data.setup()
-    assert isinstance(data.splits["train"], ArrayDataset) and data.train_tasks == [TASK]
+    assert data.train_tasks == [TASK] and data.components == [None]
+    for split, size in (("train", 1600), ("val", 160)):
+        assert isinstance(data.splits[split], MixtureDataset)
+        assert data.splits[split].sizes == [size]
     expected = load_split(TASK, 1600, split_seed(3, "train"), None)
     assert np.array_equal(data.splits["train"].arrays()["inputs"], expected["inputs"])
     loader = data.train_dataloader()
     assert isinstance(loader.batch_sampler, StepBatchSampler)
-    assert list(loader.batch_sampler) == list(StepBatchSampler(1600, 16, 3, 0, 1))
+    assert list(loader.batch_sampler) == list(StepBatchSampler([1600], [3], 16, 3, 0, 1))
     assert data.val_baselines() == pytest.approx(TASK.baselines(data.splits["val"].arrays()))
+
+
+def test_a_plain_run_is_a_mixture_of_one_with_the_batches_of_the_data_seed() -> None:
+    """Without a mixture, training step s takes batch s of the stream of the data seed itself,
+    `EpochBatches(num_train, batch_size, seed)`, rank r of W its r-th part, from any step on;
+    evaluation takes the examples in order, rank r those r, r + W, ... (Lightning's
+    `UnrepeatedDistributedSampler`), in batches of `batch_size`."""
+    data = module(num_train=100, num_val=37, num_test=21)
+    data.setup()
+    stream = EpochBatches(100, 16, 3)  # 6 batches per epoch: 40 steps cross 6 epochs
+    steps = [stream.batch(s).tolist() for s in range(40)]
+    data.trainer = Trainer(0, 40)
+    train = data.splits["train"].arrays()
+    for indices, batch in zip(steps, data.train_dataloader(), strict=True):
+        assert torch.equal(batch["inputs"], torch.from_numpy(train["inputs"][indices]))
+    for world_size in (1, 2):
+        for rank in range(world_size):
+            data.trainer = Trainer(17, 40, rank, world_size)
+            part = [s[rank * 16 // world_size : (rank + 1) * 16 // world_size] for s in steps]
+            assert list(data.train_dataloader().batch_sampler) == part[17:]
+            val, (test,) = data.val_dataloader(), data.test_dataloader()
+            for dataset, loader in ((data.splits["val"], val), (data.test_sets[0], test)):
+                shard = UnrepeatedDistributedSampler(dataset, world_size, rank, shuffle=False)
+                assert list(loader.batch_sampler) == list(BatchSampler(shard, 16, False))
 
 
 def test_test_overrides_give_the_test_task_then_every_eval_length() -> None:
@@ -199,11 +242,8 @@ def test_bad_mixture_entries_are_refused_with_one_line(entries, message) -> None
 def test_a_mixture_trains_through_lightning_with_batches_of_each_length() -> None:
     """The loaders as a Trainer uses them: max_steps batches, each of one length."""
 
-    class Trainer:
-        global_step, max_steps, global_rank, world_size = 0, 30, 0, 1
-
     data = module(mixture=mixture_from_config(ZOOLOGY_LIKE))
-    data.trainer = Trainer()
+    data.trainer = Trainer(0, 30)
     data.setup("fit")
     widths = [batch["inputs"].shape[1] for batch in data.train_dataloader()]
     assert len(widths) == 30 and set(widths) == {16, 24, 32}

@@ -40,19 +40,19 @@ TINY = [
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_step_batches_split_the_global_batch_into_disjoint_parts(world_size: int) -> None:
-    single = list(StepBatchSampler(100, 8, seed=3, start_step=0, num_steps=30))
+    single = list(StepBatchSampler([100], [3], 8, seed=3, start_step=0, num_steps=30))
     ranks = [
-        list(StepBatchSampler(100, 8, 3, 0, 30, rank=r, world_size=world_size))
+        list(StepBatchSampler([100], [3], 8, 3, 0, 30, rank=r, world_size=world_size))
         for r in range(world_size)
     ]
     for step, batch in enumerate(single):
         parts = [ranks[r][step] for r in range(world_size)]
         assert sum(parts, []) == batch
         assert all(len(part) == 8 // world_size for part in parts)
-    resumed = list(StepBatchSampler(100, 8, 3, start_step=17, num_steps=30, rank=1, world_size=2))
-    assert resumed == list(StepBatchSampler(100, 8, 3, 0, 30, rank=1, world_size=2))[17:]
+    resumed = list(StepBatchSampler([100], [3], 8, 3, 17, num_steps=30, rank=1, world_size=2))
+    assert resumed == list(StepBatchSampler([100], [3], 8, 3, 0, 30, rank=1, world_size=2))[17:]
     with pytest.raises(ValueError, match="batch_size=6 must split evenly over world_size=4"):
-        StepBatchSampler(100, 6, 3, 0, 30, rank=0, world_size=4)
+        StepBatchSampler([100], [3], 6, 3, 0, 30, rank=0, world_size=4)
 
 
 def rows(batch: list[list[int]]) -> list[tuple[int, ...]]:
@@ -79,7 +79,7 @@ def test_ddp_ranks_see_disjoint_data_and_metrics_equal_one_process(make_cfg, tmp
     task = build(cfg).task
     train = load_split(task, 512, split_seed(cfg.data.seed, "train"), out / "cache")
     inputs = train["inputs"].tolist()
-    sampler = StepBatchSampler(512, 16, cfg.data.seed, 0, 6)
+    sampler = StepBatchSampler([512], [cfg.data.seed], 16, cfg.data.seed, 0, 6)
     steps = [dict(rank["seen"]["train"]) for rank in ranks]
     assert sorted(steps[0]) == sorted(steps[1]) == list(range(6))
     for step, indices in enumerate(sampler):

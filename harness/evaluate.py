@@ -170,10 +170,13 @@ def evaluate(
     trainer.test(parts.module, parts.data.test_dataloader(), verbose=False)
     record["metrics"].update(parts.module.test_results)
     record["metrics"].update(baseline_metrics(parts))
-    default = defaults()["capacity.threshold"]
-    threshold = OmegaConf.select(cfg, "capacity.threshold", default=default)
+    declared = defaults()
+    threshold = OmegaConf.select(cfg, "capacity.threshold", default=declared["capacity.threshold"])
+    min_delta = OmegaConf.select(cfg, "plateau.min_delta", default=declared["plateau.min_delta"])
     train, num_test = record.get("train"), parts.data.sizes["test"]
-    record["capacity"] = readout_of(record["metrics"], threshold, train, num_test)
+    record["capacity"] = readout_of(
+        record["metrics"], threshold, train, num_test, min_delta, cfg.data.num_val
+    )
     record["status"] = OK
     write_record(out, record)
     return record

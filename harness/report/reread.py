@@ -41,7 +41,7 @@ def reread(rows: list[dict], threshold: float) -> list[dict]:
                 threshold,
                 train or None,
                 row.get("data.num_test"),
-                row.get("plateau.min_delta", 0.01),
+                row.get("plateau.min_delta", defaults()["plateau.min_delta"]),
                 row.get("data.num_val"),
             )
             kept.update({f"{CAPACITY}{k}": v for k, v in (found or {}).items()})

@@ -194,5 +194,6 @@ def test_a_trained_model_is_reproduced_exactly_and_at_a_shorter_length(tmp_path:
     assert trained["metrics"]["test/acc"] >= 0.9
     again = evaluate(tmp_path / "run")
     assert metrics_of(again) == metrics_of(trained)
+    assert again["capacity"] == trained["capacity"]  # judged by the run's own plateau rule
     shorter = evaluate(tmp_path / "run", ["task.seq_len=16", "task.eval_seq_lens=[]"])
     assert shorter["metrics"]["test/acc"] == trained["metrics"]["test/acc_by/seq_len/16"]

@@ -68,17 +68,19 @@ def in_blocks(
     return (outs[0] if len(outs) == 1 else torch.cat(outs, time_dim)), state
 
 
-def check_log_gate(name: str, log_gate: Tensor) -> None:
+def check_log_gate(name: str, log_gate: Tensor) -> float | None:
     """Every log-gate is finite and <= 0, a gate exp(log_gate) in (0, 1] (else a ValueError
-    naming `name` and its largest value). Skipped while torch.compile traces."""
+    naming `name` and its largest value). Returns the smallest log-gate, or None where none
+    is read: while torch.compile traces (the check is skipped) or with no log-gates."""
     if torch.compiler.is_compiling() or log_gate.numel() == 0:
-        return
+        return None
     low, high = (float(x) for x in torch.aminmax(log_gate.detach()))
     if not (-math.inf < low and high <= 0):  # NaN fails both
         raise ValueError(
             f"{name} must be finite and <= 0 (a gate exp({name}) in (0, 1]),"
             f" got values in [{low:.4g}, {high:.4g}]"
         )
+    return low
 
 
 def normal_floor(x: Tensor) -> float:

@@ -74,7 +74,7 @@ class KimiDeltaAttention(KeyValueStateMixer):
         gate_rank: int | None = None,
         conv_size: int = 4,
         mode: str = "chunk",
-        chunk_size: int = 64,
+        chunk_size: int = 16,
     ) -> None:
         super().__init__()
         self.head_k_dim, self.head_v_dim = head_dims(d_model, n_heads, head_k_dim, expand_v)

@@ -2,6 +2,7 @@
 as fla's `fla/layers/rwkv7.py` (docs/background.md, "The gated DPLR rule")."""
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,8 @@ from models.registry import register
 
 MIN_LOG_DECAY = -math.exp(-0.5)
 """log w_t = MIN_LOG_DECAY * sigmoid(.) in (-0.6065, 0): a channel keeps at least
-exp(-e^{-1/2}) = 0.545 of its state per step."""
+exp(-e^{-1/2}) = 0.545 of its state per step. The chunk form is given it as its bound on
+every log-gate (`gated_dplr`'s `min_log_gate`)."""
 
 
 def low_rank_default(d_model: int, head_k_dim: int, scale: float, by_head: bool) -> int:
@@ -113,7 +115,7 @@ class RWKV7(Mixer):
         a_low_rank_dim: int | None = None,
         gate_low_rank_dim: int | None = None,
         mode: str = "chunk",
-        chunk_size: int = 64,
+        chunk_size: int = 16,
     ) -> None:
         super().__init__()
         require_int("d_model", d_model, 1)
@@ -217,7 +219,8 @@ class RWKV7(Mixer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         r, k, v, a, b, log_w, g = self.projections(x, token_shift(x))
         with autocast_off(x):
-            o = gated_dplr(r, k, v, a, b, log_w, mode=self.mode, chunk_size=self.chunk_size)
+            kernel = partial(gated_dplr, mode=self.mode, chunk_size=self.chunk_size)
+            o = kernel(r, k, v, a, b, log_w, min_log_gate=MIN_LOG_DECAY)
         return self.output(r, k, v, o, g)
 
     def state_size(self, seq_len: int) -> int:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from models import build_mixer
 from models.backbone import LanguageModel
 from models.kernels import MODES, gated_delta_rule
-from models.kernels.dplr import gated_dplr, kda_rule, pair_weights
+from models.kernels.dplr import UnitLower, gated_dplr, kda_rule, pair_blocks
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -158,16 +158,97 @@ def test_gated_dplr_is_the_recurrence_forward_and_backward(
         torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.parametrize("L", [5, 16, 37, 64])
-@pytest.mark.parametrize("strict", [True, False])
-def test_pair_weights_are_the_masked_sums(L: int, strict: bool) -> None:
+@pytest.mark.parametrize("rule", ["dplr", "kda"])
+@pytest.mark.parametrize(("mode", "T"), [("parallel", 1), ("parallel", 23), ("chunk", 16)])
+def test_one_chunk_from_the_empty_state_forward_and_backward(rule: str, mode: str, T: int) -> None:
+    """One chunk, no state given or returned: the outputs alone (no start or end state
+    formed), forward and backward."""
+    g = gen(T + 5)
+    q, k, kk = (F.normalize(torch.randn(2, 3, T, 5, generator=g), dim=-1) for _ in range(3))
+    v = torch.randn(2, 3, T, 4, generator=g)
+    log_gate = -torch.rand(2, 3, T, 5, generator=g)
+    if rule == "kda":
+        fn, steps, rates = kda_rule, kda_steps, [torch.rand(2, 3, T, generator=g)]
+    else:
+        fn, steps, rates = gated_dplr, dplr_steps, [torch.rand(2, 3, T, 5, generator=g) * kk, -kk]
+    leaves = [x.requires_grad_() for x in (q, k, v, *rates, log_gate)]
+    expected, _ = steps(*leaves)
+    o = fn(*leaves, mode=mode, chunk_size=16)
+    torch.testing.assert_close(o, expected, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(o.sin().sum(), leaves)
+    grads_expected = torch.autograd.grad(expected.sin().sum(), leaves)
+    for grad, grad_expected in zip(grads, grads_expected, strict=True):
+        torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("L", [1, 5, 16, 37, 64])
+@pytest.mark.parametrize("min_log_gate", [None, -0.05, -1.0, -70.0])
+def test_pair_blocks_are_the_masked_sums(L: int, min_log_gate: float | None) -> None:
+    """Rows (x1 at c_prev, strict; x2 at c, j <= i) against columns (y1, y2) at c, the
+    blocks one step (no bound, or a step steeper than SPAN), a power of two below L or the
+    whole chunk."""
     g = gen(L)
-    x, y = torch.randn(3, L, 4, generator=g), torch.randn(3, L, 4, generator=g)
+    x, y = torch.randn(3, 2, L, 4, generator=g), torch.randn(3, 2, L, 4, generator=g)
     c = (-torch.rand(3, L, 4, generator=g)).cumsum(-2)
-    cx = F.pad(c[:, :-1], (0, 0, 1, 0)) if strict else c
-    expected = torch.einsum("nid,njd,nijd->nij", x, y, (cx[:, :, None] - c[:, None]).exp())
-    expected = expected * torch.ones(L, L).tril(-1 if strict else 0)
-    torch.testing.assert_close(pair_weights(x, y, cx, c, strict), expected, rtol=1e-12, atol=1e-12)
+    c_prev = F.pad(c[:, :-1], (0, 0, 1, 0))
+    cx = torch.stack([c_prev, c], 1)
+    M = pair_blocks(x, y, cx, c, (True, False), min_log_gate)
+    for gx, strict in enumerate((True, False)):
+        mask = torch.ones(L, L).tril(-1 if strict else 0)
+        gaps = (cx[:, gx, :, None] - c[:, None]).exp()
+        for gy in range(2):
+            expected = torch.einsum("nid,njd,nijd->nij", x[:, gx], y[:, gy], gaps) * mask
+            block = M[:, gx * L : (gx + 1) * L, gy * L : (gy + 1) * L]
+            torch.testing.assert_close(block, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("L", [2, 13, 16, 70])
+def test_unit_lower_solves_and_its_transpose(L: int) -> None:
+    """The inverse by products of powers (L <= 64) and the triangular solve (beyond)."""
+    N = (0.3 * torch.randn(4, L, L, generator=gen(L))).tril(-1)
+    R = torch.randn(4, L, 3, generator=gen(1))
+    solver, exact = UnitLower(N), torch.linalg.inv(torch.eye(L) + N)
+    torch.testing.assert_close(solver.solve(R), exact @ R, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(solver.solve_transposed(R), exact.mT @ R, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("rule", ["dplr", "kda"])
+def test_chunk_form_is_finite_under_strong_decay_over_long_chunks(dtype, rule: str) -> None:
+    """Log-gates down to -12 per step over chunks of 64 and one parallel block of 150 steps
+    (cumulative log-gates near -450, far past float32's exp range), with the caller's bound
+    and without one: the chunk form is finite and the float64 step loop's, forward and
+    backward (float32: to its rounding of the cumulative log-gates)."""
+    T, D = 150, 5
+    g = gen(11)
+    q, k, kk = (F.normalize(torch.randn(2, 2, T, D, generator=g), dim=-1) for _ in range(3))
+    v = torch.randn(2, 2, T, 3, generator=g)
+    if rule == "kda":
+        fn, rates = kda_rule, [torch.rand(2, 2, T, generator=g)]
+    else:  # RWKV-7's a = alpha * kk, b = -kk
+        fn, rates = gated_dplr, [torch.rand(2, 2, T, D, generator=g) * kk, -kk]
+    log_gate = -12.0 * torch.rand(2, 2, T, D, generator=g) ** 3  # mostly mild, some strong
+    inputs = [x.to(dtype).requires_grad_() for x in (q, k, v, *rates, log_gate)]
+    wide = [x.detach().double().requires_grad_() for x in inputs]
+    expected = fn(*wide, mode="recurrent")
+    grads_expected = torch.autograd.grad(expected.sin().sum(), wide)
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
+    for mode in ("chunk", "parallel"):
+        for bound in (-12.0, None):
+            o = fn(*inputs, mode=mode, chunk_size=64, min_log_gate=bound)
+            grads = torch.autograd.grad(o.sin().sum(), inputs)
+            assert torch.isfinite(o).all() and all(torch.isfinite(x).all() for x in grads)
+            torch.testing.assert_close(o.double(), expected, rtol=tol, atol=tol)
+            for grad, grad_expected in zip(grads, grads_expected, strict=True):
+                torch.testing.assert_close(grad.double(), grad_expected, rtol=tol, atol=tol)
+
+
+def test_a_broken_gate_bound_is_refused() -> None:
+    q, k, v, beta, log_gate = kda_inputs(9)
+    with pytest.raises(ValueError, match="min_log_gate"):
+        kda_rule(q, k, v, beta, log_gate, min_log_gate=-0.5)
+    with pytest.raises(ValueError, match="min_log_gate"):
+        gated_dplr(q, k, v, k, -k, log_gate, min_log_gate=-0.5)
 
 
 def fla_kda_layer(mixer, x: torch.Tensor) -> torch.Tensor:

@@ -320,6 +320,76 @@ def _block_keep(L: int, strict: tuple[bool, ...], groups: int, device: torch.dev
     return torch.cat(lower, -2).repeat(1, groups)
 
 
+class UnitLower:
+    """(I + N)^{-1} for N [..., L, L] strictly lower-triangular (zero on and above the
+    diagonal), applied to a right-hand side and, transposed, to a gradient. Up to
+    INVERSE_STEPS steps the inverse is formed once: N is nilpotent (N^L = 0), so
+
+        (I + N)^{-1} = sum_{p<L} (-N)^p = (I - N)(I + N^2)(I + N^4) ... (I + N^{2^m}),
+
+    2 ceil(log2 L) - 2 products; beyond, each application is a triangular solve."""
+
+    def __init__(self, N: Tensor | None, inverse: Tensor | None = None) -> None:
+        self.N, self.inverse = N, inverse
+        if inverse is None and N.shape[-1] <= INVERSE_STEPS:
+            power = -N
+            inverse = power + torch.eye(N.shape[-1], dtype=N.dtype, device=N.device)
+            covered = 2  # the powers summed so far: 0 .. covered - 1
+            while covered < N.shape[-1]:
+                power = power @ power
+                inverse = _addmm(inverse, inverse, power)
+                covered *= 2
+            self.inverse = inverse
+
+    def kept(self) -> Tensor:
+        """What `restored` rebuilds it from: the inverse, or N beyond INVERSE_STEPS."""
+        return self.N if self.inverse is None else self.inverse
+
+    @staticmethod
+    def restored(kept: Tensor) -> "UnitLower":
+        """The solver `kept` came from."""
+        if kept.shape[-1] > INVERSE_STEPS:
+            return UnitLower(kept)
+        return UnitLower(None, inverse=kept)
+
+    def solve(self, R: Tensor) -> Tensor:
+        """(I + N)^{-1} R."""
+        if self.inverse is not None:
+            return self.inverse @ R
+        return torch.linalg.solve_triangular(self.N, R, upper=False, unitriangular=True)
+
+    def solve_transposed(self, R: Tensor) -> Tensor:
+        """(I + N)^{-T} R."""
+        if self.inverse is not None:
+            return self.inverse.transpose(-1, -2) @ R
+        Nt = self.N.transpose(-1, -2)
+        return torch.linalg.solve_triangular(Nt, R, upper=True, unitriangular=True)
+
+
+def _addmm(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """x + a @ b over any leading dimensions (one batched product-and-add)."""
+    out = torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3))
+    return out.view(x.shape)
+
+
+TILE_BYTES = 1 << 19
+"""The most bytes of one [L, D] input per tile of `_KdaChunk` and `_DplrChunk`: each tile's
+temporaries stay small (in a core's L2, and reused from tile to tile rather than newly
+mapped), and the backward recomputes them from the inputs and the tile's inverse."""
+
+
+def _tiles(rows: int, row_bytes: int) -> list[slice]:
+    """Tiles of whole chunks (rows), at most TILE_BYTES of one input each (at least one row);
+    one tile while torch.compile traces (a graph, not a Python loop unrolled)."""
+    per = rows if torch.compiler.is_compiling() else max(1, TILE_BYTES // row_bytes)
+    return [slice(r, min(r + per, rows)) for r in range(0, rows, per)]
+
+
+def _by_rows(*xs: Tensor | None) -> list[Tensor | None]:
+    """[..., L, F] -> [R, L, F] (R chunks, one row each)."""
+    return [None if x is None else x.reshape(-1, *x.shape[-2:]) for x in xs]
+
+
 class _KdaChunk(torch.autograd.Function):
     """`kda_chunks` inside each chunk, from q, k [..., L, D], v [..., L, Dv], beta
     [..., L, 1], the cumulative log-gates c [..., L, D] and the pair matrices [K; P]
@@ -327,15 +397,8 @@ class _KdaChunk(torch.autograd.Function):
     [K; P] = keep * ([k e; q e] (k / e)^T) with e = exp(c - c_m), every exponential then a
     product with e or 1 / e): the zero-start outputs O = P Y_V, and with `ends` also the
     queries as they read the start state Q_s = diag(exp(c)) Q - P Y_K, the transition
-    diag(exp(c_end)) - K_end^T Y_K and the update K_end^T Y_V.
-
-    Backward, with Z = P Y, X = T R (R = [diag(exp(c)) K | V], Y = diag(beta) X) and
-    C = K_end^T Y: dZ = [-dQ_s | dO], dC = [-dTransition | dUpdate]; dP = dZ Y^T,
-    dY = P^T dZ + K_end dC, dK_end = Y dC^T; dbeta = rowsum(dY X), dX = diag(beta) dY;
-    dR = T^T dX and dN = -dR X^T (N = K diag(beta)), so dK = dN diag(beta) and
-    dbeta += colsum(dN K); every exp(.) passes its gradient to c (c_m takes none: the
-    weights do not depend on it). The pair matrices' gradient is left unmasked
-    (`pair_blocks` masks it)."""
+    diag(exp(c_end)) - K_end^T Y_K and the update K_end^T Y_V. Tile by tile (`_KdaTile`);
+    the backward keeps only the inputs and each tile's inverse."""
 
     @staticmethod
     def forward(
@@ -348,80 +411,111 @@ class _KdaChunk(torch.autograd.Function):
         c: Tensor,
         ends: bool,
     ) -> tuple[Tensor, ...]:
-        L, D = k.shape[-2:]
-        c_end = c[..., L - 1 :, :]
-        ctx.inside = pairs is None
-        if pairs is None:
-            ref = c[..., (L - 1) // 2, None, :]
-            e = (c - ref).exp()  # within exp(+-SPAN/2)
-            e_inv = e.reciprocal()
-            rows, cols = torch.cat([k * e, q * e], -2), k * e_inv
-            ctx.keep = _block_keep(L, (True, False), 1, c.device)
-            pairs = (rows @ cols.transpose(-1, -2)).masked_fill_(~ctx.keep, 0.0)
-            alive, since_end = e * ref.exp(), e_inv * (c_end - ref).exp()
-            ctx.inside_kept = rows, cols, e, e_inv
-        else:
-            alive, since_end = gate_exp(c), gate_exp(c_end - c)
-        K, P = pairs.split(L, -2)
-        solver = UnitLower(K * beta.transpose(-1, -2))
-        X = solver.solve(torch.cat([k * alive, v], -1))
-        Y = beta * X
-        ctx.ends, ctx.solver = ends, solver
-        if not ends:
-            ctx.save_for_backward(K, P, q, k, beta, alive, X, Y)
-            return ((P @ Y)[..., D:],)
-        k_end = k * since_end
-        Z, C = P @ Y, k_end.transpose(-1, -2) @ Y
-        transition = C[..., :D].neg()
-        transition.diagonal(dim1=-2, dim2=-1).add_(gate_exp(c_end.squeeze(-2)))
-        q_start = torch.addcmul(-Z[..., :D], q, alive)
-        ctx.save_for_backward(K, P, q, k, beta, alive, X, Y, since_end, k_end, c_end)
-        return Z[..., D:], q_start, transition, C[..., D:]
+        return _tiled_forward(ctx, _KdaTile, (pairs, q, k, v, beta, c), ends)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_o: Tensor, *grads: Tensor) -> tuple[Tensor | None, ...]:
-        K, P, q, k, beta, alive, X, Y, *kept = ctx.saved_tensors
-        L, D = k.shape[-2:]
-        if ctx.ends:
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        return (*_tiled_backward(ctx, _KdaTile, grads), None)
+
+
+class _KdaTile:
+    """One tile of `_KdaChunk`: its intermediates from its inputs (rows of chunks), the
+    triangular inverse formed or, in the backward, given.
+
+    Backward, with Z = P Y, X = T R (R = [diag(exp(c)) K | V], Y = diag(beta) X) and
+    C = K_end^T Y: dZ = [-dQ_s | dO], dC = [-dTransition | dUpdate]; dP = dZ Y^T,
+    dY = P^T dZ + K_end dC, dK_end = Y dC^T; dbeta = rowsum(dY X), dX = diag(beta) dY;
+    dR = T^T dX and dN = -dR X^T (N = K diag(beta)), so dK = dN diag(beta) and
+    dbeta += colsum(dN K); the pairs' d[K e; Q e] = dM (K / e), d(K / e) = dM^T [K e; Q e];
+    every exp(.) passes its gradient to c (c_m takes none: the weights do not depend on
+    it). The pair matrices' gradient is left unmasked (`pair_blocks` masks it)."""
+
+    def __init__(
+        self,
+        pairs: Tensor | None,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        beta: Tensor,
+        c: Tensor,
+        solver: UnitLower | None = None,
+    ) -> None:
+        L = k.shape[-2]
+        self.q, self.k, self.v, self.beta, self.c_end = q, k, v, beta, c[..., L - 1 :, :]
+        self.inside = pairs is None
+        if pairs is None:
+            ref = c[..., (L - 1) // 2, None, :]
+            self.e = (c - ref).exp()  # within exp(+-SPAN/2)
+            self.e_inv = self.e.reciprocal()
+            self.rows, self.cols = torch.cat([k * self.e, q * self.e], -2), k * self.e_inv
+            self.keep = _block_keep(L, (True, False), 1, c.device)
+            pairs = (self.rows @ self.cols.transpose(-1, -2)).masked_fill_(~self.keep, 0.0)
+            self.alive = self.e * ref.exp()
+            self.since_end = self.e_inv * (self.c_end - ref).exp()
+        else:
+            self.alive, self.since_end = gate_exp(c), gate_exp(self.c_end - c)
+        self.K, self.P = pairs.split(L, -2)
+        self.solver = UnitLower(self.K * beta.transpose(-1, -2)) if solver is None else solver
+        self.X = self.solver.solve(torch.cat([k * self.alive, v], -1))
+        self.Y = beta * self.X
+        self.k_end = k * self.since_end
+
+    def forward(self, o: Tensor, *ends: Tensor) -> None:
+        """Writes O, and Q_s, the transition and the update if asked for."""
+        D = self.k.shape[-1]
+        Z = self.P @ self.Y
+        o.copy_(Z[..., D:])
+        if not ends:
+            return
+        q_start, transition, update = ends
+        C = self.k_end.transpose(-1, -2) @ self.Y
+        torch.neg(C[..., :D], out=transition)
+        transition.diagonal(dim1=-2, dim2=-1).add_(gate_exp(self.c_end.squeeze(-2)))
+        update.copy_(C[..., D:])
+        torch.addcmul(Z[..., :D].neg_(), self.q, self.alive, out=q_start)
+
+    def backward(self, grad_o: Tensor, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        """(dpairs or None, dq, dk, dv, dbeta, dc) from dO (and dQ_s, dTransition, dUpdate)."""
+        L, D = self.k.shape[-2:]
+        q, k, beta, X, Y, alive = self.q, self.k, self.beta, self.X, self.Y, self.alive
+        if grads:
             grad_q_start, grad_transition, grad_update = grads
-            since_end, k_end, c_end = kept
             dZ = torch.cat([-grad_q_start, grad_o], -1)
             dC = torch.cat([-grad_transition, grad_update], -1)  # [..., D, D + Dv]
-            dY = _addmm(P.transpose(-1, -2) @ dZ, k_end, dC)
+            dY = _addmm(self.P.transpose(-1, -2) @ dZ, self.k_end, dC)
             dk_end = Y @ dC.transpose(-1, -2)
             dq = grad_q_start * alive
-            dk = dk_end * since_end
-            from_end = dk_end * k_end  # the gradient of (c_end - c)
+            dk = dk_end * self.since_end
+            from_end = dk_end * self.k_end  # the gradient of (c_end - c)
             dc = dq * q - from_end
-            to_end = grad_transition.diagonal(dim1=-2, dim2=-1) * gate_exp(c_end.squeeze(-2))
-            dc[..., L - 1, :] += from_end.sum(-2) + to_end
+            end = grad_transition.diagonal(dim1=-2, dim2=-1) * gate_exp(self.c_end.squeeze(-2))
+            dc[..., L - 1, :] += from_end.sum(-2) + end
         else:
             dZ = F.pad(grad_o, (D, 0))
-            dY = P.transpose(-1, -2) @ dZ
+            dY = self.P.transpose(-1, -2) @ dZ
             dq, dk, dc = (torch.zeros_like(k) for _ in range(3))
         dP = dZ @ Y.transpose(-1, -2)
         dbeta = (dY * X).sum(-1, keepdim=True)
-        dR = ctx.solver.solve_transposed(beta * dY)
+        dR = self.solver.solve_transposed(beta * dY)
         dN = (dR @ X.transpose(-1, -2)).neg_()
-        dbeta += (dN * K).sum(-2).unsqueeze(-1)
+        dbeta += (dN * self.K).sum(-2).unsqueeze(-1)
         dR_k, dv = dR.split([D, dR.shape[-1] - D], -1)
         from_alive = dR_k * alive
         dk += from_alive
         dc += from_alive * k
         dpairs = torch.cat([dN * beta.transpose(-1, -2), dP], -2)
-        if not ctx.inside:
-            return dpairs, dq, dk, dv, dbeta, dc, None
-        rows, cols, e, e_inv = ctx.inside_kept
-        dpairs.masked_fill_(~ctx.keep, 0.0)
-        d_rows = dpairs @ cols
-        d_cols = dpairs.transpose(-1, -2) @ rows
+        if not self.inside:
+            return dpairs, dq, dk, dv, dbeta, dc
+        dpairs.masked_fill_(~self.keep, 0.0)
+        d_rows = dpairs @ self.cols
+        d_cols = dpairs.transpose(-1, -2) @ self.rows
         dk_rows, dq_rows = d_rows.split(L, -2)
-        dk += dk_rows * e + d_cols * e_inv
-        dq += dq_rows * e
-        from_rows = d_rows * rows
-        dc += from_rows[..., :L, :] + from_rows[..., L:, :] - d_cols * cols
-        return None, dq, dk, dv, dbeta, dc, None
+        dk += dk_rows * self.e + d_cols * self.e_inv
+        dq += dq_rows * self.e
+        from_rows = d_rows * self.rows
+        dc += from_rows[..., :L, :] + from_rows[..., L:, :] - d_cols * self.cols
+        return None, dq, dk, dv, dbeta, dc
 
 
 class _DplrChunk(torch.autograd.Function):
@@ -429,15 +523,10 @@ class _DplrChunk(torch.autograd.Function):
     log-gates), v [..., L, Dv] and the pair matrices [A_ab A_ak; P_qa P_qk] ([..., 2L, 2L],
     masked; None: one block, taken here against the middle step m as keep * (R' C'^T),
     R' = [b e_prev; q e], C' = [a / e; k / e], e = exp(c - c_m), e_prev the same at c_{i-1}):
-    with [W | U0] = X = (I - A_ab)^{-1} [diag(exp(c_prev)) B | A_ak V] and J = [W U0; 0 V],
-    the zero-start outputs O = (P_q J)_V (P_q = [P_qa | P_qk]), and with `ends` also
-    Q_s = diag(exp(c)) Q + (P_q J)_W, the transition diag(exp(c_end)) + (E^T J)_W and the
-    update (E^T J)_V, E = [A_end; K_end].
-
-    Backward: dP_q = d(P_q J) J^T, dJ = P_q^T d(P_q J) + E d(E^T J), dE = J d(E^T J)^T;
-    dR = (I - A_ab)^{-T} dX and dA_ab = dR X^T; dA_ak = dR_V V^T, dV += A_ak^T dR_V; the
-    pairs' dR' = dM C', dC' = dM^T R'; every exp(.) passes its gradient to c (c_m takes
-    none). The pair matrices' gradient is left unmasked (`pair_blocks` masks it)."""
+    with [W | U0] = X = (I - A_ab)^{-1} [diag(exp(c_prev)) B | A_ak V], the zero-start
+    outputs O = P_qa U0 + P_qk V, and with `ends` also Q_s = diag(exp(c)) Q + P_qa W, the
+    transition diag(exp(c_end)) + A_end^T W and the update A_end^T U0 + K_end^T V. Tile by
+    tile (`_DplrTile`); the backward keeps only the inputs and each tile's inverse."""
 
     @staticmethod
     def forward(
@@ -451,92 +540,159 @@ class _DplrChunk(torch.autograd.Function):
         c: Tensor,
         ends: bool,
     ) -> tuple[Tensor, ...]:
-        L, D = k.shape[-2:]
-        c_end = c[..., L - 1 :, :]
-        ctx.inside = pairs is None
-        if pairs is None:
-            ref = c[..., (L - 1) // 2, None, :]
-            e = (c - ref).exp()  # within exp(+-SPAN/2)
-            e_prev_ref = torch.cat([(-ref).exp(), e[..., :-1, :]], -2)  # exp(c_{i-1} - c_m)
-            e_inv = e.reciprocal()
-            rows = torch.cat([b * e_prev_ref, q * e], -2)
-            cols = torch.cat([a * e_inv, k * e_inv], -2)
-            ctx.keep = _block_keep(L, (True, False), 2, c.device)
-            pairs = (rows @ cols.transpose(-1, -2)).masked_fill_(~ctx.keep, 0.0)
-            scale = ref.exp()
-            e_prev, alive, since_end = e_prev_ref * scale, e * scale, e_inv * (c_end - ref).exp()
-            ctx.inside_kept = rows, cols, e, e_inv, e_prev_ref
-        else:
-            e_prev = gate_exp(F.pad(c[..., :-1, :], (0, 0, 1, 0)))  # exp(c_{i-1})
-            alive, since_end = gate_exp(c), gate_exp(c_end - c)
-        (A_ab, A_ak), (P_qa, P_qk) = (half.split(L, -1) for half in pairs.split(L, -2))
-        solver = UnitLower(-A_ab)
-        X = solver.solve(torch.cat([b * e_prev, A_ak @ v], -1))  # [W | U0]
-        Z = P_qa @ X  # [P_qa W | P_qa U0]
-        o = _addmm(Z[..., D:], P_qk, v)
-        ctx.ends, ctx.solver = ends, solver
-        if not ends:
-            ctx.save_for_backward(A_ak, P_qa, P_qk, v, b, e_prev, X)
-            return (o,)
-        a_end, k_end = a * since_end, k * since_end
-        C = a_end.transpose(-1, -2) @ X  # [A_end^T W | A_end^T U0]
-        transition = C[..., :D].clone()
-        transition.diagonal(dim1=-2, dim2=-1).add_(gate_exp(c_end.squeeze(-2)))
-        update = _addmm(C[..., D:], k_end.transpose(-1, -2), v)
-        q_start = torch.addcmul(Z[..., :D], q, alive)
-        kept = q, alive, since_end, a_end, k_end, c_end
-        ctx.save_for_backward(A_ak, P_qa, P_qk, v, b, e_prev, X, *kept)
-        return o, q_start, transition, update
+        return _tiled_forward(ctx, _DplrTile, (pairs, q, k, v, a, b, c), ends)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_o: Tensor, *grads: Tensor) -> tuple[Tensor | None, ...]:
-        A_ak, P_qa, P_qk, v, b, e_prev, X, *kept = ctx.saved_tensors
-        L, D = b.shape[-2:]
-        if ctx.ends:
-            q, alive, since_end, a_end, k_end, c_end = kept
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        return (*_tiled_backward(ctx, _DplrTile, grads), None)
+
+
+class _DplrTile:
+    """One tile of `_DplrChunk`: its intermediates from its inputs (rows of chunks), the
+    triangular inverse formed or given (the backward).
+
+    Backward: dP_qa = [dQ_s | dO] X^T, dP_qk = dO V^T, dX = P_qa^T [dQ_s | dO] + A_end dC
+    (dC = [dTransition | dUpdate]), dA_end = X dC^T, dK_end = V dUpdate^T; dR = (I -
+    A_ab)^{-T} dX, dA_ab = dR X^T, dA_ak = dR_V V^T, dV += A_ak^T dR_V; the pairs'
+    dR' = dM C', dC' = dM^T R'; every exp(.) passes its gradient to c (c_m takes none). The
+    pair matrices' gradient is left unmasked (`pair_blocks` masks it)."""
+
+    def __init__(
+        self,
+        pairs: Tensor | None,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        a: Tensor,
+        b: Tensor,
+        c: Tensor,
+        solver: UnitLower | None = None,
+    ) -> None:
+        L = k.shape[-2]
+        self.q, self.k, self.v, self.a, self.b = q, k, v, a, b
+        self.c_end = c[..., L - 1 :, :]
+        self.inside = pairs is None
+        if pairs is None:
+            ref = c[..., (L - 1) // 2, None, :]
+            self.e = (c - ref).exp()  # within exp(+-SPAN/2)
+            self.e_prev = torch.cat([(-ref).exp(), self.e[..., :-1, :]], -2)  # c_{i-1}
+            self.e_inv = self.e.reciprocal()
+            self.rows = torch.cat([b * self.e_prev, q * self.e], -2)
+            self.cols = torch.cat([a * self.e_inv, k * self.e_inv], -2)
+            self.keep = _block_keep(L, (True, False), 2, c.device)
+            pairs = (self.rows @ self.cols.transpose(-1, -2)).masked_fill_(~self.keep, 0.0)
+            scale = ref.exp()
+            self.prev, self.alive = self.e_prev * scale, self.e * scale
+            self.since_end = self.e_inv * (self.c_end - ref).exp()
+        else:
+            self.prev = gate_exp(F.pad(c[..., :-1, :], (0, 0, 1, 0)))  # exp(c_{i-1})
+            self.alive, self.since_end = gate_exp(c), gate_exp(self.c_end - c)
+        (A_ab, self.A_ak), (self.P_qa, self.P_qk) = (h.split(L, -1) for h in pairs.split(L, -2))
+        self.solver = UnitLower(-A_ab) if solver is None else solver
+        self.X = self.solver.solve(torch.cat([b * self.prev, self.A_ak @ v], -1))  # [W | U0]
+        self.a_end, self.k_end = a * self.since_end, k * self.since_end
+
+    def forward(self, o: Tensor, *ends: Tensor) -> None:
+        """Writes O, and Q_s, the transition and the update if asked for."""
+        D = self.k.shape[-1]
+        Z = self.P_qa @ self.X  # [P_qa W | P_qa U0]
+        torch.baddbmm(Z[..., D:], self.P_qk, self.v, out=o)
+        if not ends:
+            return
+        q_start, transition, update = ends
+        C = self.a_end.transpose(-1, -2) @ self.X  # [A_end^T W | A_end^T U0]
+        transition.copy_(C[..., :D])
+        transition.diagonal(dim1=-2, dim2=-1).add_(gate_exp(self.c_end.squeeze(-2)))
+        torch.baddbmm(C[..., D:], self.k_end.transpose(-1, -2), self.v, out=update)
+        torch.addcmul(Z[..., :D], self.q, self.alive, out=q_start)
+
+    def backward(self, grad_o: Tensor, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        """(dpairs or None, dq, dk, dv, da, db, dc) from dO (and dQ_s, dTransition,
+        dUpdate)."""
+        L, D = self.k.shape[-2:]
+        q, v, b, X = self.q, self.v, self.b, self.X
+        if grads:
             grad_q_start, grad_transition, grad_update = grads
             dZ = torch.cat([grad_q_start, grad_o], -1)
             dC = torch.cat([grad_transition, grad_update], -1)  # [..., D, D + Dv]
-            dX = _addmm(P_qa.transpose(-1, -2) @ dZ, a_end, dC)
+            dX = _addmm(self.P_qa.transpose(-1, -2) @ dZ, self.a_end, dC)
             da_end = X @ dC.transpose(-1, -2)
             dk_end = v @ grad_update.transpose(-1, -2)
-            dv = _addmm(P_qk.transpose(-1, -2) @ grad_o, k_end, grad_update)
-            da, dk = da_end * since_end, dk_end * since_end
-            from_end = da_end * a_end + dk_end * k_end  # the gradient of (c_end - c)
-            dq = grad_q_start * alive
+            dv = _addmm(self.P_qk.transpose(-1, -2) @ grad_o, self.k_end, grad_update)
+            da, dk = da_end * self.since_end, dk_end * self.since_end
+            from_end = da_end * self.a_end + dk_end * self.k_end  # the gradient of c_end - c
+            dq = grad_q_start * self.alive
             dc = dq * q - from_end
-            to_end = grad_transition.diagonal(dim1=-2, dim2=-1) * gate_exp(c_end.squeeze(-2))
-            dc[..., L - 1, :] += from_end.sum(-2) + to_end
+            end = grad_transition.diagonal(dim1=-2, dim2=-1) * gate_exp(self.c_end.squeeze(-2))
+            dc[..., L - 1, :] += from_end.sum(-2) + end
         else:
             dZ = F.pad(grad_o, (D, 0))
-            dX = P_qa.transpose(-1, -2) @ dZ
-            dv = P_qk.transpose(-1, -2) @ grad_o
+            dX = self.P_qa.transpose(-1, -2) @ dZ
+            dv = self.P_qk.transpose(-1, -2) @ grad_o
             dq, da, dk, dc = (torch.zeros_like(b) for _ in range(4))
-        dR = ctx.solver.solve_transposed(dX)
+        dR = self.solver.solve_transposed(dX)
         dR_b, dR_v = dR.split([D, dR.shape[-1] - D], -1)
-        db = dR_b * e_prev
+        db = dR_b * self.prev
         dc_prev = db * b
-        dv = _addmm(dv, A_ak.transpose(-1, -2), dR_v)
+        dv = _addmm(dv, self.A_ak.transpose(-1, -2), dR_v)
         top = torch.cat([dR @ X.transpose(-1, -2), dR_v @ v.transpose(-1, -2)], -1)
         bottom = torch.cat([dZ @ X.transpose(-1, -2), grad_o @ v.transpose(-1, -2)], -1)
         dpairs = torch.cat([top, bottom], -2)
-        if ctx.inside:
-            rows, cols, e, e_inv, e_prev_ref = ctx.inside_kept
-            dpairs.masked_fill_(~ctx.keep, 0.0)
-            d_rows = dpairs @ cols
-            d_cols = dpairs.transpose(-1, -2) @ rows
-            from_rows, from_cols = d_rows * rows, d_cols * cols
+        if self.inside:
+            dpairs.masked_fill_(~self.keep, 0.0)
+            d_rows = dpairs @ self.cols
+            d_cols = dpairs.transpose(-1, -2) @ self.rows
+            from_rows, from_cols = d_rows * self.rows, d_cols * self.cols
             db_rows, dq_rows = d_rows.split(L, -2)
             da_cols, dk_cols = d_cols.split(L, -2)
-            db += db_rows * e_prev_ref
-            dq += dq_rows * e
-            da += da_cols * e_inv
-            dk += dk_cols * e_inv
+            db += db_rows * self.e_prev
+            dq += dq_rows * self.e
+            da += da_cols * self.e_inv
+            dk += dk_cols * self.e_inv
             dc_prev += from_rows[..., :L, :]
             dc += from_rows[..., L:, :] - from_cols[..., :L, :] - from_cols[..., L:, :]
         dc[..., :-1, :] += dc_prev[..., 1:, :]
-        return (None if ctx.inside else dpairs), dq, dk, dv, da, db, dc, None
+        return (None if self.inside else dpairs), dq, dk, dv, da, db, dc
+
+
+def _tiled_forward(ctx: Any, kind: type, inputs: tuple, ends: bool) -> tuple[Tensor, ...]:
+    """A chunk Function's forward, tile by tile of `kind` (`_KdaTile`, `_DplrTile`): the
+    outputs O [..., L, Dv], and with `ends` Q_s [..., L, D], the transitions [..., D, D] and
+    the updates [..., D, Dv]; saves the inputs and each tile's inverse (or strictly lower
+    matrix, `UnitLower.kept`)."""
+    k, v = inputs[2], inputs[3]
+    lead, (L, D), Dv = k.shape[:-2], k.shape[-2:], v.shape[-1]
+    rows = _by_rows(*inputs)
+    R = rows[2].shape[0]
+    outs = [v.new_empty(R, L, Dv)]
+    if ends:
+        outs += [k.new_empty(R, L, D), k.new_empty(R, D, D), v.new_empty(R, D, Dv)]
+    ctx.tiles = _tiles(R, L * D * k.element_size())
+    kept = k.new_empty(R, L, L)
+    for t in ctx.tiles:
+        tile = kind(*(None if x is None else x[t] for x in rows))
+        tile.forward(*(out[t] for out in outs))
+        kept[t] = tile.solver.kept()
+    ctx.save_for_backward(kept, *rows)
+    ctx.lead = lead
+    return tuple(out.view(*lead, *out.shape[1:]) for out in outs)
+
+
+def _tiled_backward(ctx: Any, kind: type, grads: tuple) -> list[Tensor | None]:
+    """A chunk Function's backward, tile by tile, each tile's intermediates recomputed from
+    the inputs and its saved inverse: the gradients of the inputs (None for pairs taken
+    inside)."""
+    kept, *rows = ctx.saved_tensors
+    grads = _by_rows(*grads)
+    outs = [None if x is None else torch.empty_like(x) for x in rows]
+    for t in ctx.tiles:
+        solver = UnitLower.restored(kept[t])
+        tile = kind(*(None if x is None else x[t] for x in rows), solver=solver)
+        for out, grad in zip(outs, tile.backward(*(g[t] for g in grads)), strict=True):
+            if out is not None:
+                out[t] = grad
+    return [None if x is None else x.view(*ctx.lead, *x.shape[1:]) for x in outs]
 
 
 def across_chunks(
@@ -585,47 +741,6 @@ class _StartStates(torch.autograd.Function):
             T_c = T[:, :, c].flatten(0, 1).transpose(-1, -2)
             G = torch.baddbmm(grad_starts[:, :, c].flatten(0, 1), T_c, G)
         return grad_U @ starts.transpose(-1, -2), grad_U, G.view(B, H, D, Dv)
-
-
-class UnitLower:
-    """(I + N)^{-1} for N [..., L, L] strictly lower-triangular (zero on and above the
-    diagonal), applied to a right-hand side and, transposed, to a gradient. Up to
-    INVERSE_STEPS steps the inverse is formed once: N is nilpotent (N^L = 0), so
-
-        (I + N)^{-1} = sum_{p<L} (-N)^p = (I - N)(I + N^2)(I + N^4) ... (I + N^{2^m}),
-
-    2 ceil(log2 L) - 2 products; beyond, each application is a triangular solve."""
-
-    def __init__(self, N: Tensor) -> None:
-        self.N, self.inverse = N, None
-        if N.shape[-1] <= INVERSE_STEPS:
-            power = -N
-            inverse = power + torch.eye(N.shape[-1], dtype=N.dtype, device=N.device)
-            covered = 2  # the powers summed so far: 0 .. covered - 1
-            while covered < N.shape[-1]:
-                power = power @ power
-                inverse = _addmm(inverse, inverse, power)
-                covered *= 2
-            self.inverse = inverse
-
-    def solve(self, R: Tensor) -> Tensor:
-        """(I + N)^{-1} R."""
-        if self.inverse is not None:
-            return self.inverse @ R
-        return torch.linalg.solve_triangular(self.N, R, upper=False, unitriangular=True)
-
-    def solve_transposed(self, R: Tensor) -> Tensor:
-        """(I + N)^{-T} R."""
-        if self.inverse is not None:
-            return self.inverse.transpose(-1, -2) @ R
-        Nt = self.N.transpose(-1, -2)
-        return torch.linalg.solve_triangular(Nt, R, upper=True, unitriangular=True)
-
-
-def _addmm(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """x + a @ b over any leading dimensions (one batched product-and-add)."""
-    out = torch.baddbmm(x.flatten(0, -3), a.flatten(0, -3), b.flatten(0, -3))
-    return out.view(x.shape)
 
 
 def block_steps(L: int, min_log_gate: float | None) -> int:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from models import build_mixer
 from models.backbone import LanguageModel
-from models.kernels import MODES, gated_delta_rule
+from models.kernels import MODES, dplr, gated_delta_rule
 from models.kernels.dplr import UnitLower, gated_dplr, kda_rule, pair_blocks
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
@@ -177,6 +177,35 @@ def test_one_chunk_from_the_empty_state_forward_and_backward(rule: str, mode: st
     torch.testing.assert_close(o, expected, rtol=1e-10, atol=1e-10)
     grads = torch.autograd.grad(o.sin().sum(), leaves)
     grads_expected = torch.autograd.grad(expected.sin().sum(), leaves)
+    for grad, grad_expected in zip(grads, grads_expected, strict=True):
+        torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("rule", ["dplr", "kda"])
+@pytest.mark.parametrize("min_log_gate", [-1.0, -30.0])
+def test_chunks_tile_by_tile_are_the_recurrence(monkeypatch, rule: str, min_log_gate) -> None:
+    """Tiles of one chunk each (TILE_BYTES 1), the pairs taken inside (one block) or by
+    `pair_blocks` (a bound of -30 a step: blocks of 2): forward and backward, state in and
+    out."""
+    monkeypatch.setattr(dplr, "TILE_BYTES", 1)
+    T, g = 29, gen(3)
+    q, k, kk = (F.normalize(torch.randn(2, 3, T, 5, generator=g), dim=-1) for _ in range(3))
+    v = torch.randn(2, 3, T, 4, generator=g)
+    log_gate = min_log_gate * torch.rand(2, 3, T, 5, generator=g)
+    if rule == "kda":
+        fn, steps, rates = kda_rule, kda_steps, [torch.rand(2, 3, T, generator=g)]
+    else:
+        fn, steps, rates = gated_dplr, dplr_steps, [torch.rand(2, 3, T, 5, generator=g) * kk, -kk]
+    leaves = [x.requires_grad_() for x in (q, k, v, *rates, log_gate)]
+    S0 = torch.randn(2, 3, 5, 4, generator=g, requires_grad=True)
+    expected, S_expected = steps(*leaves, S0)
+    o, S = fn(*leaves, chunk_size=8, initial_state=S0, return_state=True)
+    torch.testing.assert_close(o, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S, S_expected, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(o.sin().sum() + S.square().sum(), [*leaves, S0])
+    grads_expected = torch.autograd.grad(
+        expected.sin().sum() + S_expected.square().sum(), [*leaves, S0]
+    )
     for grad, grad_expected in zip(grads, grads_expected, strict=True):
         torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
 

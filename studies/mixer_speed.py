@@ -12,13 +12,16 @@ machine, with one thread) or the wall clock.
 
 Printed: per T, each mixer's tokens/s and its ratio to softmax's (softmax = 1); at the
 `--recurrent-at` length, the same mixer with `mode="recurrent"` (the step loop, the
-specification) and the chunk form's speed-up over it."""
+specification) and the chunk form's speed-up over it; with `--floor`, also the model whose
+recurrence is a zero-cost stand-in (`STAND_INS`, `stand_in`): the speed-up over the step loop
+that no chunk form of that recurrence can pass, the rest of the model's cost."""
 
 import argparse
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +33,15 @@ from studies.threads import torch_threads
 
 REFERENCE = "softmax"
 DEFAULT_MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
+STAND_INS = {"kda": "models.mixers.kda.kda_rule", "rwkv7": "models.mixers.rwkv7.gated_dplr"}
+"""The recurrence each mixer calls, by its import in the mixer's module (`--floor`)."""
+
+
+def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *rest, **_) -> torch.Tensor:
+    """A recurrence that costs nothing: o = v, every other input added times 0 (its mean), so
+    that the backward still reaches all of them and the layers that made them."""
+    touched = sum(t.mean() for t in (q, k, *rest) if isinstance(t, torch.Tensor))
+    return v + 0 * touched
 
 
 @dataclass
@@ -41,8 +53,15 @@ class Cell:
     tokens: torch.Tensor
     labels: torch.Tensor
     times: list[float] = field(default_factory=list)
+    patch: str | None = None  # a recurrence replaced by `stand_in` while this cell steps
 
     def step(self) -> None:
+        if self.patch is not None:
+            with mock.patch(self.patch, stand_in):
+                return self._step()
+        return self._step()
+
+    def _step(self) -> None:
         self.model.zero_grad(set_to_none=True)
         logits = self.model(self.tokens)
         F.cross_entropy(logits.flatten(0, 1), self.labels.flatten()).backward()
@@ -56,9 +75,10 @@ class Cell:
         return self.tokens.numel() / statistics.median(self.times)
 
 
-def make_cell(name: str, T: int, batch: int, mode: str | None = None) -> Cell:
-    """The default language model with mixer `name` (mode overridden if given), seed 0, and a
-    batch of random tokens (every position labelled)."""
+def make_cell(name: str, T: int, batch: int, mode: str | None = None, floor: bool = False) -> Cell:
+    """The default language model with mixer `name` (mode overridden if given; with `floor`
+    its recurrence replaced by `stand_in`), seed 0, and a batch of random tokens (every
+    position labelled)."""
     cfg = compose_config([f"model={name}", "logger=none"])
     params = params_of(cfg.model)
     if mode is not None:
@@ -68,7 +88,8 @@ def make_cell(name: str, T: int, batch: int, mode: str | None = None) -> Cell:
     g = torch.Generator().manual_seed(T)
     tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
     label = name if mode is None else f"{name} ({mode})"
-    return Cell(label, model, tokens[:, :-1], tokens[:, 1:])
+    patch = STAND_INS[name] if floor else None
+    return Cell(label, model, tokens[:, :-1], tokens[:, 1:], patch=patch)
 
 
 def time_cells(cells: list[Cell], reps: int, clock: Callable[[], float]) -> None:
@@ -89,6 +110,11 @@ def main() -> None:
     parser.add_argument("--recurrent-at", type=int, default=1024, help="T of chunk vs step loop")
     parser.add_argument("--recurrent-reps", type=int, default=2)
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also each mixer of STAND_INS with its recurrence a zero-cost stand-in",
+    )
     args = parser.parse_args()
     mixers = [m for m in args.mixers.split(",") if m]
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -108,13 +134,24 @@ def main() -> None:
             if args.recurrent_at != T:
                 continue
             loops = [make_cell(name, T, args.batch, mode="recurrent") for name in mixers]
-            time_cells(loops, args.recurrent_reps, clock)
+            floored = [name for name in mixers if args.floor and name in STAND_INS]
+            floors = {name: make_cell(name, T, args.batch, floor=True) for name in floored}
+            time_cells(loops + list(floors.values()), args.recurrent_reps, clock)
             print(f"\nT = {T}: chunk form against the step loop (mode='recurrent')")
-            print("| mixer | chunk tokens/s | recurrent tokens/s | chunk / recurrent |")
-            print("|---|---|---|---|")
-            for chunk, loop in zip(cells[1:], loops, strict=True):
+            head = "| mixer | chunk tokens/s | recurrent tokens/s | chunk / recurrent |"
+            rule = "|---|---|---|---|"
+            if floors:
+                head += " stand-in tokens/s | stand-in / recurrent |"
+                rule += "---|---|"
+            print(head)
+            print(rule)
+            for chunk, loop, name in zip(cells[1:], loops, mixers, strict=True):
                 a, b = chunk.tokens_per_s(), loop.tokens_per_s()
-                print(f"| {chunk.label} | {a:,.0f} | {b:,.0f} | {a / b:.1f}x |", flush=True)
+                row = f"| {chunk.label} | {a:,.0f} | {b:,.0f} | {a / b:.1f}x |"
+                if floors:
+                    f = floors[name].tokens_per_s() if name in floors else None
+                    row += " - | - |" if f is None else f" {f:,.0f} | {f / b:.1f}x |"
+                print(row, flush=True)
 
 
 if __name__ == "__main__":

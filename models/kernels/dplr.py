@@ -312,12 +312,13 @@ def one_block(L: int, min_log_gate: float | None) -> bool:
     return L >= 2 and block_steps(L, min_log_gate) >= L
 
 
-def _block_keep(L: int, strict: tuple[bool, ...], groups: int, device: torch.device) -> Tensor:
-    """The kept pairs of one block: [len(strict) L, groups L], row group g keeping j < i
-    where strict[g], j <= i otherwise."""
-    steps = torch.arange(L, device=device)
+def _block_keep(L: int, strict: tuple[bool, ...], groups: int, like: Tensor) -> Tensor:
+    """The kept pairs of one block as 1 (0 elsewhere) in like's dtype: [len(strict) L,
+    groups L], row group g keeping j < i where strict[g], j <= i otherwise. A product with
+    it masks (the pairs it drops are finite: exponents within +-SPAN)."""
+    steps = torch.arange(L, device=like.device)
     lower = [steps[:, None] > steps if s else steps[:, None] >= steps for s in strict]
-    return torch.cat(lower, -2).repeat(1, groups)
+    return torch.cat(lower, -2).repeat(1, groups).to(like.dtype)
 
 
 class UnitLower:
@@ -449,8 +450,8 @@ class _KdaTile:
             self.e = (c - ref).exp()  # within exp(+-SPAN/2)
             self.e_inv = self.e.reciprocal()
             self.rows, self.cols = torch.cat([k * self.e, q * self.e], -2), k * self.e_inv
-            self.keep = _block_keep(L, (True, False), 1, c.device)
-            pairs = (self.rows @ self.cols.transpose(-1, -2)).masked_fill_(~self.keep, 0.0)
+            self.keep = _block_keep(L, (True, False), 1, c)
+            pairs = (self.rows @ self.cols.transpose(-1, -2)).mul_(self.keep)
             self.alive = self.e * ref.exp()
             self.since_end = self.e_inv * (self.c_end - ref).exp()
         else:
@@ -507,7 +508,7 @@ class _KdaTile:
         dpairs = torch.cat([dN * beta.transpose(-1, -2), dP], -2)
         if not self.inside:
             return dpairs, dq, dk, dv, dbeta, dc
-        dpairs.masked_fill_(~self.keep, 0.0)
+        dpairs.mul_(self.keep)
         d_rows = dpairs @ self.cols
         d_cols = dpairs.transpose(-1, -2) @ self.rows
         dk_rows, dq_rows = d_rows.split(L, -2)
@@ -580,8 +581,8 @@ class _DplrTile:
             self.e_inv = self.e.reciprocal()
             self.rows = torch.cat([b * self.e_prev, q * self.e], -2)
             self.cols = torch.cat([a * self.e_inv, k * self.e_inv], -2)
-            self.keep = _block_keep(L, (True, False), 2, c.device)
-            pairs = (self.rows @ self.cols.transpose(-1, -2)).masked_fill_(~self.keep, 0.0)
+            self.keep = _block_keep(L, (True, False), 2, c)
+            pairs = (self.rows @ self.cols.transpose(-1, -2)).mul_(self.keep)
             scale = ref.exp()
             self.prev, self.alive = self.e_prev * scale, self.e * scale
             self.since_end = self.e_inv * (self.c_end - ref).exp()
@@ -640,7 +641,7 @@ class _DplrTile:
         bottom = torch.cat([dZ @ X.transpose(-1, -2), grad_o @ v.transpose(-1, -2)], -1)
         dpairs = torch.cat([top, bottom], -2)
         if self.inside:
-            dpairs.masked_fill_(~self.keep, 0.0)
+            dpairs.mul_(self.keep)
             d_rows = dpairs @ self.cols
             d_cols = dpairs.transpose(-1, -2) @ self.rows
             from_rows, from_cols = d_rows * self.rows, d_cols * self.cols

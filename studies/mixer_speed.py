@@ -12,7 +12,9 @@ machine, with one thread) or the wall clock.
 
 Printed: per T, each mixer's tokens/s and its ratio to softmax's (softmax = 1); at the
 `--recurrent-at` length, the same mixer with `mode="recurrent"` (the step loop, the
-specification) and the chunk form's speed-up over it; with `--floor`, also the model whose
+specification) and the chunk form's speed-up over it, the chunk cells stepped again in turn
+with the step loops (`--recurrent-reps` steps each, so that the ratio is of one stretch of
+machine load); with `--floor`, also the model whose
 recurrence is a zero-cost stand-in (`STAND_INS`, `stand_in`): the speed-up over the step loop
 that no chunk form of that recurrence can pass, the rest of the model's cost."""
 
@@ -136,7 +138,9 @@ def main() -> None:
             loops = [make_cell(name, T, args.batch, mode="recurrent") for name in mixers]
             floored = [name for name in mixers if args.floor and name in STAND_INS]
             floors = {name: make_cell(name, T, args.batch, floor=True) for name in floored}
-            time_cells(loops + list(floors.values()), args.recurrent_reps, clock)
+            for cell in cells[1:]:
+                cell.times.clear()
+            time_cells(cells[1:] + loops + list(floors.values()), args.recurrent_reps, clock)
             print(f"\nT = {T}: chunk form against the step loop (mode='recurrent')")
             head = "| mixer | chunk tokens/s | recurrent tokens/s | chunk / recurrent |"
             rule = "|---|---|---|---|"

@@ -34,7 +34,12 @@ def learning_rates(rows: list[dict]) -> str:
 
 
 def budget(rows: list[dict]) -> str:
-    """`1500 steps, lr best of [0.003, 0.01], d_model 64` (several values joined by `/`)."""
+    """`1500 steps, lr best of [0.003, 0.01], d_model 64, 2 layers` (several values joined by
+    `/`; the layers left out of records without them)."""
     steps = joined(values_of(rows, "trainer.max_steps"))
     lr = learning_rates(rows)
-    return f"{steps} steps, {lr}, d_model {joined(values_of(rows, 'backbone.d_model'))}"
+    text = f"{steps} steps, {lr}, d_model {joined(values_of(rows, 'backbone.d_model'))}"
+    layers = values_of(rows, "backbone.n_layers")
+    if not layers:
+        return text
+    return f"{text}, {joined(layers)} layer{'' if layers == [1] else 's'}"

@@ -108,7 +108,13 @@ def load_figure(
         load_curve_subtitle(rows, load, threshold), width=int(fig.get_figwidth() * 13)
     )
     fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
-    fig.legend(handles=list(handles.values()), loc="outside lower center", ncols=2, fontsize=8)
+    fig.legend(
+        handles=list(handles.values()),
+        loc="outside lower center",
+        ncols=2,
+        fontsize=8,
+        handlelength=4,
+    )
     return fig
 
 

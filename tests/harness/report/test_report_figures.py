@@ -216,6 +216,17 @@ def test_every_figure_states_its_budget(tmp_path: Path) -> None:
     assert "1500 steps, lr best of [0.003, 0.01], d_model 64" in gap._suptitle.get_text()
 
 
+def test_the_budget_names_the_layers_a_reader_cannot_see() -> None:
+    from harness.report.budget import budget
+
+    row = {"trainer.max_steps": 4000, "optim.lr": 0.003, "backbone.d_model": 64}
+    assert budget([{**row, "backbone.n_layers": 2}]).endswith("d_model 64, 2 layers")
+    assert budget([{**row, "backbone.n_layers": 1}]).endswith("d_model 64, 1 layer")
+    mixed = [{**row, "backbone.n_layers": n} for n in (1, 2)]
+    assert budget(mixed).endswith("d_model 64, 1/2 layers")
+    assert budget([row]) == "4000 steps, lr 0.003, d_model 64"
+
+
 def drawn_markers(line) -> list:
     """The x of each marker a line draws (all its points unless `markevery` picks some)."""
     every = line.get_markevery()

@@ -263,16 +263,18 @@ class LackOfFit:
 
 
 def lack_of_fit(
-    observations: Sequence[Observation], predicted_log: Sequence[float]
+    observations: Sequence[Observation], predicted_log: Sequence[float], means: int = 2
 ) -> LackOfFit | None:
     """`LackOfFit` of the exact runs against the law's `predicted_log` n (one per
-    observation); None with fewer than three cells read or no cell with two seeds read."""
+    observation), for a law with `means` parameters in its mean (the class docstring's 2:
+    log a and b; the cells' degrees of freedom are c - `means`); None with no more cells read
+    than `means` or no cell with two seeds read."""
     by_cell: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for o, mu in zip(observations, predicted_log, strict=True):
         if o.kind == EXACT:
             by_cell[o.cell or str(o.floats)].append((math.log(o.value), mu))
     cells, runs = len(by_cell), sum(len(v) for v in by_cell.values())
-    if cells < 3 or runs - cells < 1:
+    if cells <= means or runs - cells < 1:
         return None
     between = within = squares = 0.0
     for members in by_cell.values():
@@ -281,7 +283,7 @@ def lack_of_fit(
         between += len(ys) * (mean - mu) ** 2
         squares += (mean - mu) ** 2
         within += sum((y - mean) ** 2 for y in ys)
-    df = (cells - 2, runs - cells)
+    df = (cells - means, runs - cells)
     spread = math.sqrt(within / df[1])
     f = (between / df[0]) / max(within / df[1], 1e-12)
     return LackOfFit(
@@ -294,9 +296,10 @@ def lack_of_fit(
 
 
 def slope_interval(
-    b: float, se: float, n: int, lack: LackOfFit | None, level: float
+    b: float, se: float, n: int, lack: LackOfFit | None, level: float, means: int = 2
 ) -> tuple[float, float]:
-    """b's interval at `level`: b +- t(n - 2) se sqrt(n / (n - 2)) sqrt(max(1, F)). The
+    """b's interval at `level`: b +- t(n - 2) se sqrt(n / (n - 2)) sqrt(max(1, F)), for a
+    law with two parameters in its mean (`means` of them: n - `means` in place of n - 2). The
     observed information's se divides the residual variance by n; the factor sqrt(n / (n - 2))
     and Student's t on n - 2 degrees of freedom give least squares' exact interval when
     nothing is censored. Where the cells scatter about the law more than the seeds do
@@ -304,13 +307,13 @@ def slope_interval(
     width): the interval is widened by sqrt(F) and t takes the cells' c - 2 degrees of
     freedom. Its coverage is tested by
     simulating censored sweeps (tests/harness/readouts/test_law_coverage.py)."""
-    if n <= 2 or not math.isfinite(se):
+    if n <= means or not math.isfinite(se):
         return math.nan, math.nan
     widen = math.sqrt(max(1.0, lack.f)) if lack is not None else 1.0
-    free = n - 2
+    free = n - means
     if lack is not None and lack.f > 1:
         free = lack.df[0]
-    half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(n / (n - 2)) * widen
+    half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(n / (n - means)) * widen
     return b - half, b + half
 
 

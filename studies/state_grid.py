@@ -1,0 +1,251 @@
+"""Rank or floats: a trained key dim x value dim grid beside the memory probe.
+`python -m studies.state_grid <sweep> --out <dir>`.
+
+Reads a capacity-protocol sweep over `conf/state_size/<family>_{d,k}<D>_v<d_v>` (one layer, 2
+heads), every readout read anew at the sweep's threshold (`harness.report.reread`) and kept or
+left out by the law's weak-run rule (`harness.report.capacity_runs`). Per family it fits the
+three models of `studies.grid_law` (rank, floats, both exponents; docs/background.md,
+"Rank or floats: the state grid") and sets each cell's trained n90 beside the memory probe's
+n90 per head at the same D and d_v (`studies.memory_probe`, V = 128 values, argmax read-out;
+the sum rule for linear attention, the delta rule for DeltaNet). Writes `runs.csv` (one line
+per run), `cells.csv`, `models.csv` and `state_grid.png` (trained n90 and the probe's, same
+axes and colours), and prints the tables."""
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from harness.readouts.capacity import FLOOR_AT_JUDGING_LOAD
+from harness.readouts.censored_law import LEFT, RIGHT
+from harness.records.schema import OK
+from harness.records.sweep import load_sweep
+from harness.report.capacity_runs import CapacityRun, run_of
+from harness.report.plain_table import print_table, write_csv
+from harness.report.points import clean_rows
+from harness.report.reread import reread, threshold_of
+from studies.grid_law import GridLaws, GridRun, fit_grid_laws
+
+PROBE = Path(__file__).resolve().parent.parent / "docs/results/memory_probe/memory_probe.json"
+PROBE_RULE = {"linear": "sum", "deltanet": "delta", "gated_deltanet": "gated_delta"}
+"""Each family's update rule in the probe."""
+PROBE_VALUES = 128
+KEY_DIM_KEYS = ("model.head_k_dim", "model.feature_dim", "model.d_state")
+
+
+def key_dim_of(row: dict) -> int | None:
+    """The key dim per head (`head_k_dim`, linear attention's `feature_dim`, `d_state`)."""
+    for key in KEY_DIM_KEYS:
+        value = row.get(key)
+        if isinstance(value, int | float) and not math.isnan(value):
+            return int(value)
+    return None
+
+
+def runs_of(sweep: Path) -> list[tuple[int, int, CapacityRun]]:
+    """(key dim, value dim, run) for every ok run with a readout and a value dim."""
+    rows = clean_rows(load_sweep(sweep))
+    rows = reread(rows, threshold_of(rows))
+    rates: dict[str, set] = defaultdict(set)
+    for row in rows:
+        rates[row["model"]].add(row.get("optim.lr"))
+    several = {family: sorted(r) for family, r in rates.items() if len(r) > 1}
+    if several:
+        raise SystemExit(
+            f"error: {sweep} holds several learning rates for a family ({several}): the grid "
+            "reads one rate per family; give it the records of one"
+        )
+    out = []
+    for row in rows:
+        value_dim = row.get("model.head_v_dim")
+        if row.get("status") != OK or not isinstance(value_dim, int | float):
+            continue
+        run = run_of(row["model"], row)
+        key_dim = key_dim_of(row)
+        if run is not None and key_dim is not None and not math.isnan(value_dim):
+            out.append((key_dim, int(value_dim), run))
+    return out
+
+
+def shown(run: CapacityRun) -> str:
+    """A run's n90 as read: `5.2`, `< 2`, `>= 9.1`, `>= 9.1 rising`, `floor`, `rising < 2`."""
+    if not run.fitted:
+        return "floor" if run.why == FLOOR_AT_JUDGING_LOAD else "rising < 2"
+    if run.n90_censoring == LEFT:
+        return f"< {run.n90:g}"
+    if run.n90_censoring == RIGHT:
+        return f">= {run.n90:.3g}" + (" rising" if run.training == "still_rising" else "")
+    return f"{run.n90:.3g}"
+
+
+def grid_run(key_dim: int, value_dim: int, run: CapacityRun) -> GridRun | None:
+    """The run as the grid models' observation on the rank bound, its cell `DxV`."""
+    observation = run.observation("n90", "rank_bound")
+    if observation is None:
+        return None
+    cell = replace(observation, cell=f"{key_dim}x{value_dim}")
+    return GridRun(cell, float(value_dim), run.floats)
+
+
+def probe_n90(rows: list[dict], rule: str | None, keys: str, key_dim: int, value_dim: int):
+    """The probe's n90 per head (`>=` when censored) at one cell, or None."""
+    for r in rows:
+        if (r["rule"], r["keys"], r["readout"], r["D"], r["d_v"], r["V"]) == (
+            rule, keys, "argmax", key_dim, value_dim, PROBE_VALUES,
+        ):  # fmt: skip
+            return r
+    return None
+
+
+def centre(runs: list[CapacityRun]) -> float | None:
+    """The geometric mean of the cell's read (exact) n90, or None."""
+    read = [r.n90 for r in runs if r.fitted and r.n90_censoring is None]
+    return math.exp(sum(map(math.log, read)) / len(read)) if read else None
+
+
+def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> list[dict]:
+    """One line per (family, D, d_v): the seeds' n90, their read mean, the rank bound, the
+    floats, and the probe's n90 per head with random and orthogonal keys."""
+    cells: dict[tuple, list[CapacityRun]] = defaultdict(list)
+    for key_dim, value_dim, run in found:
+        cells[(run.mixer, key_dim, value_dim)].append(run)
+    out = []
+    for (family, key_dim, value_dim), runs in sorted(cells.items()):
+        runs.sort(key=lambda r: r.seed if r.seed is not None else -1)
+        mean = centre(runs)
+        line = {
+            "family": family,
+            "D": key_dim,
+            "d_v": value_dim,
+            "R": f"{runs[0].rank_bound:g}",
+            "floats": f"{runs[0].floats:g}",
+            "n90 by seed": ", ".join(shown(r) for r in runs),
+            "read mean": f"{mean:.3g}" if mean else "",
+        }
+        for keys in ("random", "orthogonal"):
+            row = probe_n90(probe, PROBE_RULE.get(family), keys, key_dim, value_dim)
+            mark = ">=" if row and row["censored"] else ""
+            line[f"probe {keys}"] = f"{mark}{row['n90']}" if row else ""
+        out.append(line)
+    return out
+
+
+def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
+    """One line per family: each model's AIC, the chosen one, the value exponent with its
+    interval and drop-one-cell range, the key exponent, the likelihood ratio's p."""
+    out = []
+    for family, law in sorted(laws.items()):
+        both = law.both
+        spread = law.b_range
+        close = law.close()
+        chosen = law.chosen or "none"
+        if close:
+            chosen += f" ({' and '.join(close)} within 2)"
+        line = {"family": family, "chosen (AIC)": chosen}
+        line.update({f"AIC {name}": f"{aic:.1f}" for name, aic in law.aics.items()})
+        line["b (value dim) [90%]"] = both.shown() if both else "not identified"
+        line["b without one cell"] = f"{spread[0]:.2f}-{spread[1]:.2f}" if spread else ""
+        line["a (rank)"] = f"{both.a:.2f}" if both else ""
+        line["p (b = 0)"] = f"{law.p_value:.2g}" if law.p_value is not None else ""
+        line["runs fitted"] = str(both.n) if both else ""
+        if both and both.lack_of_fit is not None:
+            line["lack of fit"] = f"F = {both.lack_of_fit.f:.2g}, p = {both.lack_of_fit.p:.2g}"
+        out.append(line)
+    return out
+
+
+def draw(cells: list[dict], probe: list[dict], path: Path) -> Path:
+    """Per family: trained n90 (the read mean; the seeds' readings written in each cell) and
+    the probe's random-key n90 per head, over D x d_v on one colour scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
+
+    families = list(dict.fromkeys(c["family"] for c in cells))
+    key_dims = sorted({c["D"] for c in cells})
+    value_dims = sorted({c["d_v"] for c in cells})
+    norm = LogNorm(vmin=1, vmax=64)
+    fig, axes = plt.subplots(
+        len(families), 2, figsize=(11, 3.6 * len(families) + 0.6), squeeze=False,
+        constrained_layout=True,
+    )  # fmt: skip
+    for i, family in enumerate(families):
+        panels = (
+            (axes[i][0], f"{family}: trained n90 (2 heads; mean of read seeds)", "trained"),
+            (axes[i][1], f"probe, {PROBE_RULE.get(family)} rule: n90 per head", "probe"),
+        )
+        for ax, title, kind in panels:
+            grid = np.full((len(key_dims), len(value_dims)), np.nan)
+            for c in (c for c in cells if c["family"] == family):
+                y, x = key_dims.index(c["D"]), value_dims.index(c["d_v"])
+                if kind == "trained":
+                    text = c["n90 by seed"].replace(", ", "\n")
+                    value = float(c["read mean"]) if c["read mean"] else math.nan
+                else:
+                    text = c["probe random"]
+                    value = float(text.lstrip(">=")) if text else math.nan
+                grid[y, x] = value
+                ax.text(x, y, text, ha="center", va="center", fontsize=7.5, color="black",
+                        bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0})  # fmt: skip
+            image = ax.imshow(grid, origin="lower", cmap="viridis", norm=norm, aspect="auto")
+            ax.set_xticks(range(len(value_dims)), [str(d) for d in value_dims])
+            ax.set_yticks(range(len(key_dims)), [str(d) for d in key_dims])
+            ax.set_xlabel("value dim per head d_v")
+            ax.set_ylabel("key dim per head D")
+            ax.set_title(title, fontsize=9.5)
+    bar = fig.colorbar(image, ax=axes, shrink=0.7, label="n90 (grey: no run read a value)")
+    ticks = [1, 2, 4, 8, 16, 32, 64]
+    bar.set_ticks(ticks, labels=[str(t) for t in ticks])
+    bar.minorticks_off()
+    fig.suptitle("Rank or floats: trained n90 beside the memory probe, same axes and colours")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("sweep", type=Path, help="a sweep folder, or a folder of its records")
+    parser.add_argument("--out", type=Path, help="where to write (default <sweep>/state_grid)")
+    parser.add_argument("--probe", type=Path, default=PROBE, help="the probe's JSON rows")
+    args = parser.parse_args(argv)
+    out = args.out or args.sweep / "state_grid"
+    found = runs_of(args.sweep)
+    if not found:
+        raise SystemExit(f"error: no ok run with a value dim (model.head_v_dim) in {args.sweep}")
+    probe = json.loads(args.probe.read_text())["rows"] if args.probe.exists() else []
+    by_family: dict[str, list[GridRun]] = defaultdict(list)
+    for key_dim, value_dim, run in found:
+        observed = grid_run(key_dim, value_dim, run)
+        if observed is not None:
+            by_family[run.mixer].append(observed)
+    laws = {family: fit_grid_laws(runs) for family, runs in by_family.items()}
+    cells = cell_rows(found, probe)
+    models = model_rows(laws)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(
+        [
+            {"family": r.mixer, "D": d, "d_v": v, "seed": r.seed, "n90": shown(r)}
+            for d, v, r in found
+        ],
+        out / "runs.csv",
+    )
+    write_csv(cells, out / "cells.csv")
+    write_csv(models, out / "models.csv")
+    draw(cells, probe, out / "state_grid.png")
+    print_table(cells)
+    print()
+    print_table(models)
+    print(f"written to {out}: runs.csv, cells.csv, models.csv, state_grid.png")
+    return laws
+
+
+if __name__ == "__main__":
+    main()

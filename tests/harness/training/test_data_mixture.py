@@ -13,16 +13,14 @@ from torch.utils.data import BatchSampler
 
 from common.checks import InvalidValue
 from harness.training.data_module import (
-    BucketBatchSampler,
-    EpochBatches,
     MixtureDataset,
-    StepBatchSampler,
     TaskDataModule,
     batch_seed,
     mixture_from_config,
     split_counts,
 )
 from harness.training.dataset_cache import load_split, split_seed
+from harness.training.samplers import BucketBatchSampler, EpochBatches, StepBatchSampler
 from tasks import IGNORE, build_task
 
 TASK = build_task("assoc_recall", vocab_size=32, seq_len=16, num_kv_pairs=2)

@@ -15,8 +15,8 @@ from omegaconf import open_dict
 from harness.config.devices import cpu_cores
 from harness.evaluate import evaluate
 from harness.training.build import build
-from harness.training.data_module import StepBatchSampler
 from harness.training.dataset_cache import load_split, split_seed
+from harness.training.samplers import StepBatchSampler
 from tests.conftest import REPO, SMALL_RECALL, cli_env, run_cli
 
 needs_two_cores = pytest.mark.skipif(cpu_cores() < 2, reason="DDP test runs 2 processes")

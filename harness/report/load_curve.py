@@ -16,7 +16,7 @@ from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
 from harness.report.baselines import coinciding
 from harness.report.budget import budget, joined, values_of
-from harness.report.figures import REFERENCE_LINE
+from harness.report.figure_legend import REFERENCE_LINE
 from harness.report.points import Point, as_key, sort_key
 from harness.report.style import (
     AXIS_TITLES,

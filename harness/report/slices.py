@@ -6,15 +6,8 @@ from matplotlib.figure import Figure
 
 from harness.records.schema import OK
 from harness.report.baselines import coinciding
-from harness.report.figures import (
-    along,
-    baseline_curves,
-    draw_baselines,
-    draw_models,
-    finish,
-    in_panel,
-    panels,
-)
+from harness.report.figure_legend import baseline_curves, draw_baselines, finish
+from harness.report.figures import along, draw_models, in_panel, panels
 from harness.report.points import Point, sort_key
 from harness.report.style import (
     AXIS_TITLES,

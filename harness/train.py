@@ -118,21 +118,27 @@ def run(cfg: DictConfig) -> dict:
             record["status"] = OK
             discard(job.checkpoint)
         except BaseException as error:
-            ended = outcome(error)  # the failure policy: harness.records.failures
-            record.update(status=ended.status, error=ended.error)
-            if ended.status == DIVERGED:
-                train = record["train"] or {}
-                step = ended.diverged_at_step
-                train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
-                discard(job.checkpoint)
-            elif is_interruption(error):
-                step, steps = saved_step(job.checkpoint), cfg.trainer.max_steps
-                print(interrupted(job.checkpoint, step, steps, job.sweep), file=sys.stderr)
-            if ended.ends_the_run:
+            if record_failure(cfg, job, record, error):
                 raise
         finally:
             finish_job(job, record, logger)
     return record
+
+
+def record_failure(cfg: DictConfig, job: Job, record: dict, error: BaseException) -> bool:
+    """Write the failure policy's outcome (`harness.records.failures`) into `record`: a
+    diverged run's step, an interrupted run's resume line; whether the error ends the run."""
+    ended = outcome(error)
+    record.update(status=ended.status, error=ended.error)
+    if ended.status == DIVERGED:
+        train = record["train"] or {}
+        step = ended.diverged_at_step
+        train[DIVERGED_AT_STEP] = step if step is not None else train.get("steps")
+        discard(job.checkpoint)
+    elif is_interruption(error):
+        step, steps = saved_step(job.checkpoint), cfg.trainer.max_steps
+        print(interrupted(job.checkpoint, step, steps, job.sweep), file=sys.stderr)
+    return ended.ends_the_run
 
 
 def record_built_parts(record: dict, cfg: DictConfig, parts: Parts) -> None:

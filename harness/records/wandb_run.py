@@ -198,6 +198,26 @@ def report_run_id(sweep: Path) -> str:
     return "report-" + hashlib.sha1(sweep_id(sweep).encode()).hexdigest()[:12]
 
 
+def report_items(tables: dict[str, list[dict]], figures: list[Path]) -> dict[str, Any]:
+    """The report's tables as W&B tables, its figures as images, and the frontier as a
+    scatter plot, keyed `report/<name>`."""
+    import wandb
+
+    logged: dict[str, Any] = {}
+    for name, rows in tables.items():
+        if rows:
+            columns = list(dict.fromkeys(k for row in rows for k in row))
+            data = [[row.get(c) for c in columns] for row in rows]
+            logged[f"report/{name}"] = wandb.Table(columns=columns, data=data)
+    for figure in figures:
+        logged[f"report/{figure.stem}"] = wandb.Image(str(figure))
+    if tables.get("frontier"):
+        logged["report/frontier_plot"] = wandb.plot.scatter(
+            logged["report/frontier"], "state_bytes_per_layer", "test_acc", title="frontier"
+        )
+    return logged
+
+
 def log_report(
     sweep: Path,
     out: Path,
@@ -232,20 +252,7 @@ def log_report(
             "commands": description.get("commands"),
         },
     )
-    logged: dict[str, Any] = {}
-    for name, rows in tables.items():
-        if rows:
-            columns = list(dict.fromkeys(k for row in rows for k in row))
-            data = [[row.get(c) for c in columns] for row in rows]
-            logged[f"report/{name}"] = wandb.Table(columns=columns, data=data)
-    for figure in figures:
-        logged[f"report/{figure.stem}"] = wandb.Image(str(figure))
-    frontier = tables.get("frontier") or []
-    if frontier:
-        logged["report/frontier_plot"] = wandb.plot.scatter(
-            logged["report/frontier"], "state_bytes_per_layer", "test_acc", title="frontier"
-        )
-    run.log(logged)
+    run.log(report_items(tables, figures))
     folder = Path(run.dir).parent
     wandb.finish()
     wandb.teardown()  # offline: the run's file is complete when this returns

@@ -3,6 +3,7 @@ readable log2 axes, axis titles with units, panels laid out in a grid."""
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -148,9 +149,11 @@ def accuracy_axis(ax) -> None:
     ax.grid(alpha=0.3)
 
 
-def save(fig: plt.Figure, path) -> None:
+def save(fig: plt.Figure, path: Path) -> Path:
+    """Write `fig` to `path` (PNG, 110 dpi, trimmed), close it, return the path."""
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+    return path
 
 
 def legend_entry(

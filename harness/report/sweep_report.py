@@ -193,6 +193,15 @@ def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, fig
     print(f"W&B ({mode}): {folder}")
 
 
+def print_console(table: list[dict], lines: list[str], problems: list[dict]) -> None:
+    """The table, the notes and verdicts, and each job that did not finish, on stdout."""
+    print_table(table)
+    for line in lines:
+        print(line)
+    for problem in problems:
+        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+
+
 def report(
     sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
 ) -> list[dict]:
@@ -217,11 +226,8 @@ def report(
     notes = opening_notes(rows, swept, lr_grid)
     names = variant_names(points, point_keys)
     laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
-    figures = []
     drawn = draw(points, point_keys, rows, description.get("swept"), laws, threshold)
-    for name, figure in drawn.items():
-        save(figure, out / f"{name}.png")
-        figures.append(out / f"{name}.png")
+    figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
     notes.extend(law_notes(laws))
     table = point_rows(points, point_keys, lr_grid, laws, names, threshold)
     problems = problem_rows(rows, description.get("swept") or point_keys)
@@ -241,11 +247,7 @@ def report(
         threshold,
         fitted=bool(laws),
     )
-    print_table(table)
-    for line in [*notes, *summary]:
-        print(line)
-    for problem in problems:
-        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+    print_console(table, [*notes, *summary], problems)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
     print(f"written to {out}: {', '.join(p.name for p in written)}")

@@ -78,16 +78,11 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def build(cfg: DictConfig) -> Parts:
-    """Construct task, model and data, or raise `BadInput` before any training."""
-    check_run(cfg)
-    try:
-        task = build_task(cfg.task.name, **params_of(cfg.task))
-    except ValueError as error:
-        raise owned_by(error, cfg, ("task",)) from error
-    eval_seq_lens = list(cfg.task.get("eval_seq_lens") or [])
-    with as_bad_input():  # a bad mixture or test override names its full key (task.test.<name>)
-        data = TaskDataModule(
+def build_data(cfg: DictConfig, task: Task, eval_seq_lens: list[int]) -> TaskDataModule:
+    """The task's data module from `cfg.data` and the task's mixture and test overrides; a
+    bad mixture or test override is refused naming its full key (task.test.<name>)."""
+    with as_bad_input():
+        return TaskDataModule(
             task,
             num_train=cfg.data.num_train,
             num_val=cfg.data.num_val,
@@ -99,6 +94,17 @@ def build(cfg: DictConfig) -> Parts:
             mixture=mixture_from_config(plain(cfg.task.get("mixture"))),
             test_overrides=plain(cfg.task.get("test")),
         )
+
+
+def build(cfg: DictConfig) -> Parts:
+    """Construct task, model and data, or raise `BadInput` before any training."""
+    check_run(cfg)
+    try:
+        task = build_task(cfg.task.name, **params_of(cfg.task))
+    except ValueError as error:
+        raise owned_by(error, cfg, ("task",)) from error
+    eval_seq_lens = list(cfg.task.get("eval_seq_lens") or [])
+    data = build_data(cfg, task, eval_seq_lens)
     positions = data.max_seq_len if cfg.backbone.pos_emb == "none" else data.max_train_seq_len
     torch.manual_seed(cfg.seed)
     try:

@@ -90,7 +90,7 @@ def design_at(runs: Sequence[GridRun], b: float) -> Design:
     return Design([r.observation for r in runs], b * np.log([r.value_dim for r in runs]))
 
 
-def profile(runs: Sequence[GridRun], b: float) -> tuple[np.ndarray, float]:
+def profile_value_exponent(runs: Sequence[GridRun], b: float) -> tuple[np.ndarray, float]:
     """(log c, a, log sigma) and the log-likelihood maximised at a fixed value exponent b."""
     found = maximise(design_at(runs, b))
     return found if found is not None else (np.zeros(3), -math.inf)
@@ -122,7 +122,7 @@ def value_exponent_se(runs: Sequence[GridRun], theta: np.ndarray, step: float = 
     return math.sqrt(variance) if variance > 0 else math.nan
 
 
-def identified(runs: Sequence[GridRun]) -> bool:
+def both_identified(runs: Sequence[GridRun]) -> bool:
     """Both exponents can be estimated: readings at two key dims and two value dims, 4 runs
     or more."""
     read = [r for r in runs if r.observation.kind in (EXACT, INTERVAL)]
@@ -134,13 +134,13 @@ def identified(runs: Sequence[GridRun]) -> bool:
 def fit_two_exponents(runs: Sequence[GridRun], level: float = LEVEL) -> TwoExponentLaw | None:
     """The `both` model of the module docstring; None where it is not identified."""
     runs = list(runs)
-    if not identified(runs):
+    if not both_identified(runs):
         return None
     found = optimize.minimize_scalar(
-        lambda b: -profile(runs, b)[1], bounds=B_BOUNDS, method="bounded"
+        lambda b: -profile_value_exponent(runs, b)[1], bounds=B_BOUNDS, method="bounded"
     )
     b = float(found.x)
-    (log_c, a, log_sigma), log_l = profile(runs, b)
+    (log_c, a, log_sigma), log_l = profile_value_exponent(runs, b)
     if not math.isfinite(log_l):
         return None
     theta = np.array([log_c, a, b, log_sigma])

@@ -71,7 +71,7 @@ def runs_of(sweep: Path) -> list[tuple[int, int, CapacityRun]]:
     return out
 
 
-def shown(run: CapacityRun) -> str:
+def n90_shown(run: CapacityRun) -> str:
     """A run's n90 as read: `5.2`, `< 2`, `>= 9.1`, `>= 9.1 rising`, `floor`, `rising < 2`."""
     if not run.fitted:
         return "floor" if run.why == FLOOR_AT_JUDGING_LOAD else "rising < 2"
@@ -123,7 +123,7 @@ def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> l
             "d_v": value_dim,
             "R": f"{runs[0].rank_bound:g}",
             "floats": f"{runs[0].floats:g}",
-            "n90 by seed": ", ".join(shown(r) for r in runs),
+            "n90 by seed": ", ".join(n90_shown(r) for r in runs),
             "read mean": f"{mean:.3g}" if mean else "",
         }
         for keys in ("random", "orthogonal"):
@@ -158,7 +158,7 @@ def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
     return out
 
 
-def draw(cells: list[dict], probe: list[dict], path: Path) -> Path:
+def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
     """Per family: trained n90 (the read mean; the seeds' readings written in each cell) and
     the probe's random-key n90 per head, over D x d_v on one colour scale."""
     import matplotlib
@@ -232,14 +232,14 @@ def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
     out.mkdir(parents=True, exist_ok=True)
     write_csv(
         [
-            {"family": r.mixer, "D": d, "d_v": v, "seed": r.seed, "n90": shown(r)}
+            {"family": r.mixer, "D": d, "d_v": v, "seed": r.seed, "n90": n90_shown(r)}
             for d, v, r in found
         ],
         out / "runs.csv",
     )
     write_csv(cells, out / "cells.csv")
     write_csv(models, out / "models.csv")
-    draw(cells, probe, out / "state_grid.png")
+    draw_grid(cells, probe, out / "state_grid.png")
     print_table(cells)
     print()
     print_table(models)

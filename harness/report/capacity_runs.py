@@ -88,7 +88,7 @@ def mixer_floats(row: dict) -> float | None:
     return float(floats - max(kernel - 1, 0) * width)
 
 
-def stack_rank_bound(row: dict) -> float | None:
+def recorded_rank_bound(row: dict) -> float | None:
     """`state.rank_bound_stack`, or (records without it) the per-layer bound times the
     backbone's layers."""
     if known(row.get("state.rank_bound_stack")):
@@ -107,7 +107,7 @@ def run_of(name: str, seed: dict) -> CapacityRun | None:
         mixer=name,
         floats=floats,
         verdict=seed.get("capacity.verdict"),
-        rank_bound=stack_rank_bound(seed),
+        rank_bound=recorded_rank_bound(seed),
         why=seed.get("capacity.why"),
         training=seed.get("capacity.training"),
         seed=seed.get("seed"),

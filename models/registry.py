@@ -6,6 +6,8 @@ from common.registry import Registry
 
 MIXERS = Registry("model")
 register = MIXERS.register
+REFERENCE = "softmax"
+"""The mixer every other is measured against: exact attention, whose state is its KV cache."""
 
 
 def build_mixer(name: str, d_model: int, **params: Any) -> Any:

@@ -31,9 +31,9 @@ import torch.nn.functional as F
 from harness.config.compose import compose_config
 from harness.config.hashing import params_of
 from models.backbone import LanguageModel
+from models.registry import REFERENCE
 from studies.threads import torch_threads
 
-REFERENCE = "softmax"
 DEFAULT_MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
 STAND_INS = {"kda": "models.mixers.kda.kda_rule", "rwkv7": "models.mixers.rwkv7.gated_dplr"}
 """The recurrence each mixer calls, by its import in the mixer's module (`--floor`)."""

@@ -16,8 +16,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from common.human import human_bytes  # noqa: E402
 from harness.config.short_names import in_figure as short  # noqa: E402
 from models import MIXERS  # noqa: E402
+from models.registry import REFERENCE  # noqa: E402
 
-REFERENCE = "softmax"
 KNOWN_MODELS = (REFERENCE, *(name for name in MIXERS.names() if name != REFERENCE))
 """The registry's mixers in a fixed order, softmax (the reference) first, then by name: the
 order of legends, whatever the sweep holds."""

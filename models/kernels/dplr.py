@@ -373,16 +373,16 @@ def _addmm(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return out.view(x.shape)
 
 
-TILE_BYTES = 1 << 19
+DPLR_TILE_BYTES = 1 << 19
 """The most bytes of one [L, D] input per tile of `_KdaChunk` and `_DplrChunk`: each tile's
 temporaries stay small (in a core's L2, and reused from tile to tile rather than newly
 mapped), and the backward recomputes them from the inputs and the tile's inverse."""
 
 
-def _tiles(rows: int, row_bytes: int) -> list[slice]:
-    """Tiles of whole chunks (rows), at most TILE_BYTES of one input each (at least one row);
+def _row_tiles(rows: int, row_bytes: int) -> list[slice]:
+    """Tiles of whole chunks (rows), at most DPLR_TILE_BYTES of one input each (at least one row);
     one tile while torch.compile traces (a graph, not a Python loop unrolled)."""
-    per = rows if torch.compiler.is_compiling() else max(1, TILE_BYTES // row_bytes)
+    per = rows if torch.compiler.is_compiling() else max(1, DPLR_TILE_BYTES // row_bytes)
     return [slice(r, min(r + per, rows)) for r in range(0, rows, per)]
 
 
@@ -669,7 +669,7 @@ def _tiled_forward(ctx: Any, kind: type, inputs: tuple, ends: bool) -> tuple[Ten
     outs = [v.new_empty(R, L, Dv)]
     if ends:
         outs += [k.new_empty(R, L, D), k.new_empty(R, D, D), v.new_empty(R, D, Dv)]
-    ctx.tiles = _tiles(R, L * D * k.element_size())
+    ctx.tiles = _row_tiles(R, L * D * k.element_size())
     kept = k.new_empty(R, L, L)
     for t in ctx.tiles:
         tile = kind(*(None if x is None else x[t] for x in rows))

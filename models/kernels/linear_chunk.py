@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 SCAN_BLOCK = 64  # chunks per block of the decayed state scan (bounds its [n x n] matrix)
-TILE_BYTES = 1 << 21  # in-chunk weights of the chunk kernel per tile: within a core's cache
+CHUNK_TILE_BYTES = 1 << 21  # in-chunk weights of the chunk kernel per tile: within a core's cache
 
 
 class ChunkInputs(NamedTuple):
@@ -149,7 +149,7 @@ class _ChunkAttention(torch.autograd.Function):
 
 class _Tiles:
     """The chunks of a block ([B, H, n, C, .], flattened to B H rows of n chunks) in tiles of
-    whole rows whose [C, C] weights take at most TILE_BYTES (at least one row per tile);
+    whole rows whose [C, C] weights take at most CHUNK_TILE_BYTES (at least one row per tile);
     iterating gives each tile as (its chunks, its rows). `weights` gives a tile's in-chunk
     weights W = mask(M(q k^T)), `mask_` applies the mask: the causal tril, or RetNet's
     g^(i-j) of each row's head (`heads`)."""
@@ -158,7 +158,7 @@ class _Tiles:
         B, H, n, C, d = q.shape
         self.q3, self.k3 = q.reshape(-1, C, d), k.reshape(-1, C, d)
         self.taylor, self.decay, self.n, self.rows = taylor, decay_weights, n, B * H
-        self.H, self.per_tile = H, max(1, TILE_BYTES // (n * C * C * q.element_size()))
+        self.H, self.per_tile = H, max(1, CHUNK_TILE_BYTES // (n * C * C * q.element_size()))
         if self.per_tile > H:  # whole sequences: every head's weights broadcast (`mask_`)
             self.per_tile -= self.per_tile % H
         if torch.compiler.is_compiling():  # one tile: a graph, not a Python loop unrolled

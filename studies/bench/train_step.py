@@ -29,12 +29,12 @@ from harness.config.hashing import params_of
 from harness.training.optimizer import adamw
 from models import MIXERS
 from models.backbone import LanguageModel
+from models.registry import REFERENCE
 from studies.bench.settings import Settings
 from studies.bench.step_flops import step_flops
 from studies.measure import PeakMemory, sync
 from studies.threads import torch_threads
 
-REFERENCE = "softmax"
 NO_MIXER = "(no mixer)"  # the model with every mixer an identity: the ceiling of any ratio
 
 

@@ -184,10 +184,10 @@ def test_one_chunk_from_the_empty_state_forward_and_backward(rule: str, mode: st
 @pytest.mark.parametrize("rule", ["dplr", "kda"])
 @pytest.mark.parametrize("min_log_gate", [-1.0, -30.0])
 def test_chunks_tile_by_tile_are_the_recurrence(monkeypatch, rule: str, min_log_gate) -> None:
-    """Tiles of one chunk each (TILE_BYTES 1), the pairs taken inside (one block) or by
+    """Tiles of one chunk each (DPLR_TILE_BYTES 1), the pairs taken inside (one block) or by
     `pair_blocks` (a bound of -30 a step: blocks of 2): forward and backward, state in and
     out."""
-    monkeypatch.setattr(dplr, "TILE_BYTES", 1)
+    monkeypatch.setattr(dplr, "DPLR_TILE_BYTES", 1)
     T, g = 29, gen(3)
     q, k, kk = (F.normalize(torch.randn(2, 3, T, 5, generator=g), dim=-1) for _ in range(3))
     v = torch.randn(2, 3, T, 4, generator=g)

@@ -126,7 +126,7 @@ def test_chunk_tiles_match_recurrent(monkeypatch, rows_per_tile, variant):
     whole sequences, of single rows, and tiles that split a sequence's heads), forwards and
     backwards, against the step loop. 37 steps in chunks of 8: 4 whole chunks and a tail."""
     T, C = 37, 8
-    monkeypatch.setattr(linear_chunk, "TILE_BYTES", rows_per_tile * (T // C) * C * C * 8)
+    monkeypatch.setattr(linear_chunk, "CHUNK_TILE_BYTES", rows_per_tile * (T // C) * C * C * 8)
     gen = torch.Generator().manual_seed(rows_per_tile)
     q, k, v = (_randn(gen, B, H, T, n) for n in (D, D, DV))
     decay = torch.tensor(DECAY, dtype=F64) if variant == "decay" else None

@@ -17,7 +17,9 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import matplotlib
 import numpy as np
 
 from harness.readouts.capacity import FLOOR_AT_JUDGING_LOAD
@@ -158,48 +160,61 @@ def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
     return out
 
 
-def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
-    """Per family: trained n90 (the read mean; the seeds' readings written in each cell) and
-    the probe's random-key n90 per head, over D x d_v on one colour scale."""
-    import matplotlib
+def panel(ax, grid: np.ndarray, texts: dict, axes: tuple[list, list], title: str, norm) -> Any:
+    """One heatmap over D (rows) x d_v (columns): `grid` the colours (NaN grey), `texts` the
+    words written in each cell ({(row, column): text})."""
+    key_dims, value_dims = axes
+    cmap = matplotlib.colormaps["viridis"].copy()
+    cmap.set_bad("0.85")
+    image = ax.imshow(grid, origin="lower", cmap=cmap, norm=norm, aspect="auto")
+    for (y, x), text in texts.items():
+        ax.text(x, y, text, ha="center", va="center", fontsize=7.5, color="black",
+                bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0})  # fmt: skip
+    ax.set_xticks(range(len(value_dims)), [str(d) for d in value_dims])
+    ax.set_yticks(range(len(key_dims)), [str(d) for d in key_dims])
+    ax.set_xlabel("value dim per head d_v")
+    ax.set_ylabel("key dim per head D")
+    ax.set_title(title, fontsize=9.5)
+    return image
 
+
+def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
+    """Per family: trained n90 (colour: the geometric mean of the seeds read between tested
+    loads; every seed's reading written in the cell) and the probe's random-key n90 per head,
+    over D x d_v on one colour scale."""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
 
     families = list(dict.fromkeys(c["family"] for c in cells))
-    key_dims = sorted({c["D"] for c in cells})
-    value_dims = sorted({c["d_v"] for c in cells})
+    axes = (sorted({c["D"] for c in cells}), sorted({c["d_v"] for c in cells}))
+    shape = (len(axes[0]), len(axes[1]))
     norm = LogNorm(vmin=1, vmax=64)
-    fig, axes = plt.subplots(
+    fig, grid_axes = plt.subplots(
         len(families), 2, figsize=(11, 3.6 * len(families) + 0.6), squeeze=False,
         constrained_layout=True,
     )  # fmt: skip
     for i, family in enumerate(families):
-        panels = (
-            (axes[i][0], f"{family}: trained n90 (2 heads; mean of read seeds)", "trained"),
-            (axes[i][1], f"probe, {PROBE_RULE.get(family)} rule: n90 per head", "probe"),
-        )
-        for ax, title, kind in panels:
-            grid = np.full((len(key_dims), len(value_dims)), np.nan)
-            for c in (c for c in cells if c["family"] == family):
-                y, x = key_dims.index(c["D"]), value_dims.index(c["d_v"])
-                if kind == "trained":
-                    text = c["n90 by seed"].replace(", ", "\n")
-                    value = float(c["read mean"]) if c["read mean"] else math.nan
-                else:
-                    text = c["probe random"]
-                    value = float(text.lstrip(">=")) if text else math.nan
-                grid[y, x] = value
-                ax.text(x, y, text, ha="center", va="center", fontsize=7.5, color="black",
-                        bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0})  # fmt: skip
-            image = ax.imshow(grid, origin="lower", cmap="viridis", norm=norm, aspect="auto")
-            ax.set_xticks(range(len(value_dims)), [str(d) for d in value_dims])
-            ax.set_yticks(range(len(key_dims)), [str(d) for d in key_dims])
-            ax.set_xlabel("value dim per head d_v")
-            ax.set_ylabel("key dim per head D")
-            ax.set_title(title, fontsize=9.5)
-    bar = fig.colorbar(image, ax=axes, shrink=0.7, label="n90 (grey: no run read a value)")
+        trained = np.full(shape, np.nan)
+        texts = {(y, x): "not run" for y in range(shape[0]) for x in range(shape[1])}
+        for c in (c for c in cells if c["family"] == family):
+            at = (axes[0].index(c["D"]), axes[1].index(c["d_v"]))
+            trained[at] = float(c["read mean"]) if c["read mean"] else np.nan
+            texts[at] = c["n90 by seed"].replace(", ", "\n")
+        title = f"{family}: trained n90, 2 heads (colour: geometric mean of read seeds)"
+        image = panel(grid_axes[i][0], trained, texts, axes, title, norm)
+        rule, probed, probe_texts = PROBE_RULE.get(family), np.full(shape, np.nan), {}
+        for y, key_dim in enumerate(axes[0]):
+            for x, value_dim in enumerate(axes[1]):
+                row = probe_n90(probe, rule, "random", key_dim, value_dim)
+                if row is not None:
+                    probed[y, x] = row["n90"]
+                    probe_texts[(y, x)] = (">=" if row["censored"] else "") + str(row["n90"])
+        title = f"memory probe, {rule} rule, random keys: n90 per head, no training"
+        panel(grid_axes[i][1], probed, probe_texts, axes, title, norm)
+    bar = fig.colorbar(
+        image, ax=grid_axes, shrink=0.7, label="n90 (grey: no seed read a value, or not run)"
+    )
     ticks = [1, 2, 4, 8, 16, 32, 64]
     bar.set_ticks(ticks, labels=[str(t) for t in ticks])
     bar.minorticks_off()

@@ -164,8 +164,7 @@ def panel(ax, grid: np.ndarray, texts: dict, axes: tuple[list, list], title: str
     """One heatmap over D (rows) x d_v (columns): `grid` the colours (NaN grey), `texts` the
     words written in each cell ({(row, column): text})."""
     key_dims, value_dims = axes
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("0.85")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.85")
     image = ax.imshow(grid, origin="lower", cmap=cmap, norm=norm, aspect="auto")
     for (y, x), text in texts.items():
         ax.text(x, y, text, ha="center", va="center", fontsize=7.5, color="black",

@@ -8,8 +8,9 @@ three models of `studies.grid_law` (rank, floats, both exponents; docs/backgroun
 "Rank or floats: the state grid") and sets each cell's trained n90 beside the memory probe's
 n90 per head at the same D and d_v (`studies.memory_probe`, V = 128 values, argmax read-out;
 the sum rule for linear attention, the delta rule for DeltaNet). Writes `runs.csv` (one line
-per run), `cells.csv`, `models.csv` and `state_grid.png` (trained n90 and the probe's, same
-axes and colours), and prints the tables."""
+per run), `cells.csv`, `models.csv` (the last two also as Markdown in `tables.md`) and
+`state_grid.png` (trained n90 and the probe's, same axes and colours), and prints the
+tables."""
 
 import argparse
 import json
@@ -224,6 +225,14 @@ def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
     return path
 
 
+def markdown(rows: list[dict]) -> str:
+    """`rows` as a Markdown table (the page's tables)."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sweep", type=Path, help="a sweep folder, or a folder of its records")
@@ -254,10 +263,11 @@ def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
     write_csv(cells, out / "cells.csv")
     write_csv(models, out / "models.csv")
     draw_grid(cells, probe, out / "state_grid.png")
+    (out / "tables.md").write_text(markdown(cells) + "\n" + markdown(models))
     print_table(cells)
     print()
     print_table(models)
-    print(f"written to {out}: runs.csv, cells.csv, models.csv, state_grid.png")
+    print(f"written to {out}: runs.csv, cells.csv, models.csv, tables.md, state_grid.png")
     return laws
 
 

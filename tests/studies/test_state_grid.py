@@ -47,6 +47,8 @@ def test_the_grid_reads_every_run_and_sets_the_probe_beside_it(sweep: Path, caps
     assert both.b_low < 0 < both.b_high
     assert laws["linear"].chosen in ("rank", "floats", "both")
     assert (sweep / "out/state_grid.png").stat().st_size > 10_000
+    tables = (sweep / "out/tables.md").read_text()
+    assert "| linear | 6 | 32 | 12 |" in tables and "| family | chosen (AIC) |" in tables
     assert "chosen (AIC)" in capsys.readouterr().out
 
 

@@ -110,9 +110,23 @@ def centre(runs: list[CapacityRun]) -> float | None:
     return math.exp(sum(map(math.log, read)) / len(read)) if read else None
 
 
+def median_reading(runs: list[CapacityRun]) -> tuple[str, float]:
+    """The middle seed's n90 as (mark, value): `<` below the judging load (left-censored, at
+    the floor, or rising below it), `>=` a lower bound, `` a reading; seeds ordered by value."""
+
+    def reading(run: CapacityRun) -> tuple[str, float]:
+        if not run.fitted or run.n90_censoring == LEFT:
+            return "<", float(run.n90 or 2.0) if run.fitted else 2.0
+        return (">=" if run.n90_censoring == RIGHT else ""), float(run.n90)
+
+    ordered = sorted((reading(r) for r in runs), key=lambda mv: (mv[1], mv[0] != "<"))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> list[dict]:
     """One line per (family, D, d_v): the seeds' n90, their read mean, the rank bound, the
-    floats, and the probe's n90 per head with random and orthogonal keys."""
+    floats, the probe's n90 per head with random and orthogonal keys, and the middle seed's
+    n90 over the probe's random-key n90 (`<` or `>=` where the seed's is a bound)."""
     cells: dict[tuple, list[CapacityRun]] = defaultdict(list)
     for key_dim, value_dim, run in found:
         cells[(run.mixer, key_dim, value_dim)].append(run)
@@ -133,6 +147,12 @@ def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> l
             row = probe_n90(probe, PROBE_RULE.get(family), keys, key_dim, value_dim)
             mark = ">=" if row and row["censored"] else ""
             line[f"probe {keys}"] = f"{mark}{row['n90']}" if row else ""
+        row = probe_n90(probe, PROBE_RULE.get(family), "random", key_dim, value_dim)
+        if row is not None:
+            middle, value = median_reading(runs)
+            if row["censored"] and middle == ">=":  # both lower bounds: no ratio
+                middle, value = "?", math.nan
+            line["median seed / probe random"] = f"{middle}{value / row['n90']:.2g}x"
         out.append(line)
     return out
 

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require
 from harness.config.framework_internals import lightning_precisions
+from harness.readouts.convergence import MIN_DELTA
 
 DECAY_CHOICES = ("matrices", "all")
 """`optim.decay`: weight decay on weight matrices only, or on every parameter."""
@@ -106,7 +107,7 @@ class Plateau:
     left the floor when its best validation beat the binding-free floor by more than
     max(`min_delta`, a tenth of the way to perfect recall)."""
 
-    min_delta: float = setting(0.01, low=0)
+    min_delta: float = setting(MIN_DELTA, low=0)
 
 
 @dataclass(frozen=True)

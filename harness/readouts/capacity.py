@@ -37,6 +37,7 @@ from typing import Any
 from harness.readouts.convergence import (
     AT_FLOOR,
     FLOOR_MARGIN,
+    MIN_DELTA,
     NOISE_SIGMAS,
     STILL_RISING,
     training_state,
@@ -277,7 +278,7 @@ def readout_of(
     threshold: float,
     train: Mapping[str, Any] | None = None,
     num_test: float | None = None,
-    min_delta: float = 0.01,
+    min_delta: float = MIN_DELTA,
     num_val: int | None = None,
 ) -> dict | None:
     """`readout` of a record's per-load metrics at `threshold`, with the `load` it was read

@@ -31,6 +31,11 @@ NOISE_SIGMAS = 2.0
 """A gain must exceed this many standard errors of the validation accuracy to count."""
 
 
+MIN_DELTA = 0.01
+"""`plateau.min_delta`'s default (declared here, the lowest wing; `harness.config.settings`
+takes it): the least gain or floor margin that counts where the noise is unknown."""
+
+
 LAST_PART = 1 / 3
 """The part of training whose gain judges convergence: the last third of the steps."""
 
@@ -129,7 +134,7 @@ TRAINING_STATES = (CONVERGED, STILL_RISING, AT_FLOOR)
 
 
 def training_state(
-    train: dict, min_delta: float = 0.01, num_examples: int | None = None
+    train: dict, min_delta: float = MIN_DELTA, num_examples: int | None = None
 ) -> str | None:
     """How a run's training ended, judged anew from its record's `train` by one rule for every
     run: `converged` (stopped at `early_stop_acc`, or off the floor and its last third gained

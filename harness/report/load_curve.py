@@ -86,7 +86,7 @@ def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) ->
 
 
 def load_figure(
-    points: list[Point], point_keys: list[str], rows: list[dict], threshold: float = 0.9
+    points: list[Point], point_keys: list[str], rows: list[dict], threshold: float
 ) -> Figure | None:
     """Test accuracy against load (log2), a line per model through the seeds' mean, each seed
     a point (hollow: not converged), the binding-free baselines in grey, the threshold's level
@@ -122,7 +122,7 @@ LINE_STYLES = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3))
 """A distinct dash per line of one panel (seven before they repeat)."""
 
 
-def load_curve_subtitle(rows: list[dict], load: str, threshold: float = 0.9) -> str:
+def load_curve_subtitle(rows: list[dict], load: str, threshold: float) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
     what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
     mixtures = values_of(rows, "task.mixture")

@@ -229,7 +229,7 @@ def report(
     drawn = draw(points, point_keys, rows, description.get("swept"), laws, threshold)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
     notes.extend(law_notes(laws))
-    table = point_rows(points, point_keys, lr_grid, laws, names, threshold)
+    table = point_rows(points, point_keys, lr_grid, threshold, laws, names)
     problems = problem_rows(rows, description.get("swept") or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows, threshold)

@@ -16,9 +16,9 @@ def point_rows(
     points: list[Point],
     point_keys: list[str],
     lr_grid: bool,
+    threshold: float,
     laws: Mapping[str, MixerLaw] | None = None,
     names: Sequence[str] | None = None,
-    threshold: float = 0.9,
 ) -> list[dict]:
     """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
     blank for one seed), counts, convergence, baselines, accuracy at each test length, the
@@ -56,7 +56,7 @@ def point_rows(
     return rows
 
 
-def capacity_columns(readouts: list[dict], threshold: float = 0.9) -> dict[str, str]:
+def capacity_columns(readouts: list[dict], threshold: float) -> dict[str, str]:
     """Per seed, in seed order: `read_seeds`, the ids of the seeds read (`0, 1, 2`, the order
     of every other column's values; `seeds` counts the seeds that finished); the readout at
     the threshold (named `n90`, `n80`, ...) and `n50` with their sampling errors (`>=`: a

@@ -16,7 +16,7 @@ from harness.readouts.capacity import (
     load_of,
     shown,
 )
-from harness.readouts.convergence import STILL_RISING, left_floor, under_floor
+from harness.readouts.convergence import MIN_DELTA, STILL_RISING, left_floor, under_floor
 from harness.records.schema import OK
 from harness.report.points import Point, sort_key
 from harness.report.style import describe, model_order
@@ -24,10 +24,6 @@ from harness.report.style import describe, model_order
 
 def name(point: Point) -> str:
     return " ".join(filter(None, [point.model, describe(point.params)]))
-
-
-MIN_DELTA = 0.01
-"""`plateau.min_delta`'s default: the least gain that counts (conf/config.yaml)."""
 
 
 def at(point: Point, level: float) -> bool:
@@ -111,7 +107,7 @@ def converged_now(row: dict) -> bool:
     return training == "converged" if training is not None else bool(row["train.converged"])
 
 
-def verdicts(points: list[Point], rows: list[dict], threshold: float = 0.9) -> list[str]:
+def verdicts(points: list[Point], rows: list[dict], threshold: float) -> list[str]:
     """One line per finding, most important first; the advice names the key to change; then
     one line per cell (`cell_line`)."""
     ok_rows = [r for r in rows if r.get("status") == OK]

@@ -20,7 +20,7 @@ from harness.readouts.capacity import (
     level_name,
     shown,
 )
-from harness.readouts.convergence import left_floor, under_floor
+from harness.readouts.convergence import MIN_DELTA, left_floor, under_floor
 from harness.records.record import model_label
 from harness.records.schema import OK, status_of
 
@@ -118,7 +118,7 @@ def why_not_converged(record: dict) -> str:
     train = record.get("train") or {}
     curve, floor = train.get("val_curve") or [], train.get("floor")
     chance = (record.get("metrics") or {}).get("test/baseline/chance")
-    min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", 0.01)
+    min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", MIN_DELTA)
     if floor is None or not curve or left_floor(curve, floor, min_delta):
         return "budget ran out while improving"
     best = max(acc for _, acc in curve)

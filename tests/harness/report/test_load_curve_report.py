@@ -51,7 +51,7 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
         run("softmax", SOFTMAX, "not_limited", 64),
         run("linear", LINEAR, "capacity_limited", 8.0),
     ]
-    fig = load_figure([point("softmax", SOFTMAX), point("linear", LINEAR)], [], rows)
+    fig = load_figure([point("softmax", SOFTMAX), point("linear", LINEAR)], [], rows, 0.9)
     assert fig is not None and len([ax for ax in fig.axes if ax.get_visible()]) == 1
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "softmax: n90 >=64 (not_limited)" in labels
@@ -67,7 +67,7 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
 
 def test_no_figure_without_load_curves() -> None:
     plain = Point("assoc_recall", "softmax", {}, status="ok", metrics={"test/acc": 0.9})
-    assert load_figure([plain], [], []) is None
+    assert load_figure([plain], [], [], 0.9) is None
 
 
 def curve_record(model: str, accs: dict[int, float], seed: int) -> dict:
@@ -125,11 +125,11 @@ def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     record = {"task_params": {"num_kv_pairs": [4, 256]}, "config": {"task": {"mixture": mixture}}}
     row = flat_row(record)
     assert row["task.mixture"] == "(num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1"
-    assert load_curve_subtitle([row], "num_kv_pairs").startswith(
+    assert load_curve_subtitle([row], "num_kv_pairs", 0.9).startswith(
         "trained on the mixture (num_kv_pairs, seq_len) = (4, 64) x5, (64, 256) x1,"
     )
     assert load_curve_subtitle(
-        [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs"
+        [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs", 0.9
     ).startswith("trained on num_kv_pairs=[4, 64],")
 
 
@@ -161,7 +161,7 @@ def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay
 def test_a_long_subtitle_is_wrapped_so_the_panel_keeps_the_width() -> None:
     mixture = "(num_kv_pairs, seq_len) = " + ", ".join(f"({k}, {4 * k}) x1" for k in LOADS)
     rows = [{**run("linear", LINEAR, "capacity_limited", 8.0), "task.mixture": mixture}]
-    fig = load_figure([point("linear", LINEAR)], [], rows)
+    fig = load_figure([point("linear", LINEAR)], [], rows, 0.9)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     assert fig._suptitle.get_window_extent(renderer).width <= fig.bbox.width

@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
@@ -49,8 +49,17 @@ def key_dim_of(row: dict) -> int | None:
     return None
 
 
-def runs_of(sweep: Path) -> list[tuple[int, int, CapacityRun]]:
-    """(key dim, value dim, run) for every ok run with a readout and a value dim."""
+class Found(NamedTuple):
+    """One ok run of the grid: its cell, its readouts and its training minutes."""
+
+    key_dim: int
+    value_dim: int
+    run: CapacityRun
+    minutes: float
+
+
+def runs_of(sweep: Path) -> list[Found]:
+    """Every ok run with a readout and a value dim."""
     rows = clean_rows(load_sweep(sweep))
     rows = reread(rows, threshold_of(rows))
     rates: dict[str, set] = defaultdict(set)
@@ -70,7 +79,8 @@ def runs_of(sweep: Path) -> list[tuple[int, int, CapacityRun]]:
         run = run_of(row["model"], row)
         key_dim = key_dim_of(row)
         if run is not None and key_dim is not None and not math.isnan(value_dim):
-            out.append((key_dim, int(value_dim), run))
+            minutes = (row.get("train.wall_s") or math.nan) / 60
+            out.append(Found(key_dim, int(value_dim), run, minutes))
     return out
 
 
@@ -123,16 +133,18 @@ def median_reading(runs: list[CapacityRun]) -> tuple[str, float]:
     return ordered[(len(ordered) - 1) // 2]
 
 
-def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> list[dict]:
+def cell_rows(found: list[Found], probe: list[dict]) -> list[dict]:
     """One line per (family, D, d_v): the seeds' n90, their read mean, the rank bound, the
     floats, the probe's n90 per head with random and orthogonal keys, and the middle seed's
     n90 over the probe's random-key n90 (`<` or `>=` where the seed's is a bound)."""
-    cells: dict[tuple, list[CapacityRun]] = defaultdict(list)
-    for key_dim, value_dim, run in found:
-        cells[(run.mixer, key_dim, value_dim)].append(run)
+    cells: dict[tuple, list[Found]] = defaultdict(list)
+    for one in found:
+        cells[(one.run.mixer, one.key_dim, one.value_dim)].append(one)
     out = []
-    for (family, key_dim, value_dim), runs in sorted(cells.items()):
-        runs.sort(key=lambda r: r.seed if r.seed is not None else -1)
+    for (family, key_dim, value_dim), members in sorted(cells.items()):
+        members.sort(key=lambda f: f.run.seed if f.run.seed is not None else -1)
+        runs = [f.run for f in members]
+        minutes = [f.minutes for f in members if not math.isnan(f.minutes)]
         mean = centre(runs)
         line = {
             "family": family,
@@ -142,6 +154,7 @@ def cell_rows(found: list[tuple[int, int, CapacityRun]], probe: list[dict]) -> l
             "floats": f"{runs[0].floats:g}",
             "n90 by seed": ", ".join(n90_shown(r) for r in runs),
             "read mean": f"{mean:.3g}" if mean else "",
+            "train min": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else "",
         }
         for keys in ("random", "orthogonal"):
             row = probe_n90(probe, PROBE_RULE.get(family), keys, key_dim, value_dim)
@@ -265,18 +278,25 @@ def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
         raise SystemExit(f"error: no ok run with a value dim (model.head_v_dim) in {args.sweep}")
     probe = json.loads(args.probe.read_text())["rows"] if args.probe.exists() else []
     by_family: dict[str, list[GridRun]] = defaultdict(list)
-    for key_dim, value_dim, run in found:
-        observed = grid_run(key_dim, value_dim, run)
+    for one in found:
+        observed = grid_run(one.key_dim, one.value_dim, one.run)
         if observed is not None:
-            by_family[run.mixer].append(observed)
+            by_family[one.run.mixer].append(observed)
     laws = {family: fit_grid_laws(runs) for family, runs in by_family.items()}
     cells = cell_rows(found, probe)
     models = model_rows(laws)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(
         [
-            {"family": r.mixer, "D": d, "d_v": v, "seed": r.seed, "n90": n90_shown(r)}
-            for d, v, r in found
+            {
+                "family": f.run.mixer,
+                "D": f.key_dim,
+                "d_v": f.value_dim,
+                "seed": f.run.seed,
+                "n90": n90_shown(f.run),
+                "train min": f"{f.minutes:.1f}",
+            }  # fmt: skip
+            for f in found
         ],
         out / "runs.csv",
     )

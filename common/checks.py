@@ -1,5 +1,6 @@
 """Parameter checks that raise one clear `ValueError`: parameter name, value, what is allowed."""
 
+import difflib
 from numbers import Integral, Real
 from typing import Any
 
@@ -38,4 +39,10 @@ def require_int(name: str, value: Any, low: int, high: int | None = None) -> Non
 
 
 def require_choice(name: str, value: Any, choices: list[str] | tuple[str, ...]) -> None:
-    require(value in choices, name, value, f"one of {', '.join(map(str, choices))}")
+    """`value` is one of `choices`; the refusal lists them, and names the nearest to a
+    mistyped string (difflib's closest match)."""
+    allowed = f"one of {', '.join(map(str, choices))}"
+    if value not in choices and isinstance(value, str):
+        close = difflib.get_close_matches(value, [str(c) for c in choices], n=1)
+        allowed += f" (did you mean {close[0]}?)" if close else ""
+    require(value in choices, name, value, allowed)

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.checks import InvalidValue, require
+from common.checks import InvalidValue, require, require_choice
 from models.registry import MIXERS
 
 HYBRID = "hybrid"
@@ -43,8 +43,7 @@ def layer_of(index: int, entry: Any) -> Layer:
         name = entry["name"]
     else:
         raise InvalidValue(key, entry, LAYER_FORM)
-    names = MIXERS.names()
-    require(name in names, f"{key}.name", name, f"one of {', '.join(names)}")
+    require_choice(f"{key}.name", name, MIXERS.names())
     accepted = [p for p in MIXERS.parameters(name) if p != "d_model"]
     for param, value in params.items():
         allowed = f"a parameter of {name}: {', '.join(accepted) or 'it has none'}"

@@ -26,11 +26,14 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
+from common.checks import InvalidValue, require_choice
 from harness.config.compose import CONF_DIR
 from harness.config.framework_internals import hydra_args_parser
 from harness.config.refusal import BadInput, full_error, refused
 
 CONFIG_NAME = "config"
+HYBRID, LAYERS_KEY = "hybrid", "model.layers"
+"""The hybrid model's option, and its list of layers (a mixer's name, or a dict with one)."""
 
 HYDRA_GROUPS = {"hydra", "hydra/launcher", "hydra/sweeper", "hydra/job_logging", "hydra/help"}
 """Hydra's own groups (their options include Hydra's plugins): passed as they are."""
@@ -89,6 +92,19 @@ def check_group_option(override: Override, options: dict[str, list[str]]) -> Non
         raise BadInput(
             f"{override.input_line} is refused: {value} is not an option of {group} ({hint})"
         )
+
+
+def check_layer_names(override: Override, options: dict[str, list[str]]) -> None:
+    """Refuse a hybrid's layer (`model.layers=[deltanett,softmax]`) whose mixer is not a
+    model option, with the nearest one, as the model itself would after torch is imported."""
+    mixers = [name for name in options["model"] if name != HYBRID]
+    for layers in override_values(override) or []:
+        for i, entry in enumerate(layers if isinstance(layers, list) else []):
+            name = entry.get("name") if isinstance(entry, dict) else entry
+            try:
+                require_choice(f"model.layers[{i}].name", name, mixers)
+            except InvalidValue as error:
+                raise BadInput(str(error)) from error
 
 
 def choices(parsed: list[Override], options: dict[str, list[str]]) -> dict[str, list[Any]]:
@@ -329,6 +345,8 @@ def check_overrides(overrides: list[str]) -> None:
     for override in parsed:
         if override.key_or_group in options and not override.is_delete():
             check_group_option(override, options)
+        if override.key_or_group == LAYERS_KEY and not override.is_delete():
+            check_layer_names(override, options)
     selected = choices(parsed, options)
     known = known_keys(selected, options)
     if not known:

@@ -42,6 +42,14 @@ MISTAKES = [
     (["trainer=gpus"], "(did you mean trainer=gpu?)"),
     (["+state_size=deltanet_k9"], "(did you mean +state_size=deltanet_k8?)"),  # an added group
     (["model=xyz"], "xyz is not an option of model (options: based, deltanet, favor,"),
+    (
+        ["model=hybrid", "model.layers=[deltanett,softmax]"],
+        "model.layers[0].name='deltanett' is invalid: must be one of based,",
+    ),  # before torch: the model's own refusal, sooner
+    (
+        ["model=hybrid", "model.layers=[{name: gla, head_k_dim: 4},softmx]"],
+        "sliding_window, softmax (did you mean softmax?)",
+    ),
 ]
 
 
@@ -63,6 +71,7 @@ def test_a_name_mistake_names_the_nearest_valid_name(overrides: list[str], line:
         ["task.seq_len=range(16,64,16)", "seed=0,1", "model=glob(*)", "experiment=null"],
         ["model@mixer=softmax", "debug=smoke", "task.test={num_kv_pairs:[2,64]}"],
         ["task=", "key with spaces"],  # not Hydra's syntax: Hydra's own message
+        ["model=hybrid", "model.layers=[gated_deltanet,{name: softmax, n_heads: 2}]"],
     ],
 )
 def test_hydra_syntax_passes(overrides: list[str]) -> None:
@@ -83,6 +92,7 @@ def test_full_error_leaves_the_mistake_to_hydra(monkeypatch) -> None:
         (["model=softmx"], "(did you mean model=softmax?)"),
         (["-m", "model=softmax,softmx"], "(did you mean model=softmax?)"),
         (["experiment=retrival_gap"], "(did you mean experiment=retrieval_gap?)"),
+        (["model=hybrid", "model.layers=[deltanett,softmax]"], "(did you mean deltanet?)"),
     ],
 )
 def test_cli_name_mistake_is_one_line_exit_2(tmp_path: Path, args: list[str], line: str) -> None:

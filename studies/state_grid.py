@@ -271,9 +271,12 @@ def main(argv: list[str] | None = None) -> dict[str, GridLaws]:
     parser.add_argument("sweep", type=Path, help="a sweep folder, or a folder of its records")
     parser.add_argument("--out", type=Path, help="where to write (default <sweep>/state_grid)")
     parser.add_argument("--probe", type=Path, default=PROBE, help="the probe's JSON rows")
+    parser.add_argument(
+        "--value-dims", type=int, nargs="+", help="keep only these value dims (default: all)"
+    )
     args = parser.parse_args(argv)
     out = args.out or args.sweep / "state_grid"
-    found = runs_of(args.sweep)
+    found = [f for f in runs_of(args.sweep) if f.value_dim in (args.value_dims or [f.value_dim])]
     if not found:
         raise SystemExit(f"error: no ok run with a value dim (model.head_v_dim) in {args.sweep}")
     probe = json.loads(args.probe.read_text())["rows"] if args.probe.exists() else []

@@ -61,3 +61,9 @@ def test_several_rates_in_one_family_are_refused(sweep: Path) -> None:
     (sweep / "summary.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     with pytest.raises(SystemExit, match="several learning rates"):
         main([str(sweep)])
+
+
+def test_value_dims_keeps_only_those(sweep: Path) -> None:
+    main([str(sweep), "--out", str(sweep / "v8"), "--value-dims", "8"])
+    with (sweep / "v8/cells.csv").open() as handle:
+        assert {row["d_v"] for row in csv.DictReader(handle)} == {"8"}

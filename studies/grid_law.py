@@ -189,13 +189,16 @@ class GridLaws:
 
     @property
     def chosen(self) -> str | None:
+        """The fitted model with the smallest AIC; None with fewer than two fitted (no
+        choice was made)."""
         aics = self.aics
-        return min(aics, key=aics.get) if aics else None
+        return min(aics, key=aics.get) if len(aics) >= 2 else None
 
     def close(self, margin: float = 2.0) -> list[str]:
         """The other models within `margin` of the chosen one's AIC: not told apart."""
-        aics = self.aics
-        best = self.chosen
+        aics, best = self.aics, self.chosen
+        if best is None:
+            return []
         return [m for m in aics if m != best and aics[m] - aics[best] < margin]
 
     @property

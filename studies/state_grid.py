@@ -178,7 +178,8 @@ def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
         both = law.both
         spread = law.b_range
         close = law.close()
-        chosen = law.chosen or "none"
+        fitted = " and ".join(law.aics) or "none"
+        chosen = law.chosen or f"no choice: {fitted} identified"
         if close:
             chosen += f" ({' and '.join(close)} within 2)"
         line = {"family": family, "chosen (AIC)": chosen}

@@ -80,3 +80,11 @@ def test_the_choice_finds_the_model_that_made_the_data() -> None:
 def test_not_identified_without_two_value_dims_read() -> None:
     runs = [r for r in grid(np.random.default_rng(3), RANK) if r.value_dim == 32]
     assert fit_two_exponents(runs) is None
+
+
+def test_no_choice_with_one_model_fitted() -> None:
+    """One key dim: the rank and both models are not identified, the floats model is."""
+    runs = [r for r in grid(np.random.default_rng(4), FLOATS_LIKE) if r.observation.floats == 8]
+    laws = fit_grid_laws(runs)
+    assert list(laws.aics) == ["floats"]
+    assert laws.chosen is None and laws.close() == []

@@ -37,6 +37,7 @@ PROBE = Path(__file__).resolve().parent.parent / "docs/results/memory_probe/memo
 PROBE_RULE = {"linear": "sum", "deltanet": "delta", "gated_deltanet": "gated_delta"}
 """Each family's update rule in the probe."""
 PROBE_VALUES = 128
+MODELS = ("rank", "floats", "both")
 KEY_DIM_KEYS = ("model.head_k_dim", "model.feature_dim", "model.d_state")
 
 
@@ -145,7 +146,7 @@ def cell_rows(found: list[Found], probe: list[dict]) -> list[dict]:
         members.sort(key=lambda f: f.run.seed if f.run.seed is not None else -1)
         runs = [f.run for f in members]
         minutes = [f.minutes for f in members if not math.isnan(f.minutes)]
-        mean = centre(runs)
+        mean, (middle, value) = centre(runs), median_reading(runs)
         line = {
             "family": family,
             "D": key_dim,
@@ -154,6 +155,7 @@ def cell_rows(found: list[Found], probe: list[dict]) -> list[dict]:
             "floats": f"{runs[0].floats:g}",
             "n90 by seed": ", ".join(n90_shown(r) for r in runs),
             "read mean": f"{mean:.3g}" if mean else "",
+            "middle seed": f"< {value:g}" if middle == "<" else f"{middle}{value:.3g}",
             "train min": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else "",
         }
         for keys in ("random", "orthogonal"):
@@ -162,10 +164,9 @@ def cell_rows(found: list[Found], probe: list[dict]) -> list[dict]:
             line[f"probe {keys}"] = f"{mark}{row['n90']}" if row else ""
         row = probe_n90(probe, PROBE_RULE.get(family), "random", key_dim, value_dim)
         if row is not None:
-            middle, value = median_reading(runs)
             if row["censored"] and middle == ">=":  # both lower bounds: no ratio
                 middle, value = "?", math.nan
-            line["median seed / probe random"] = f"{middle}{value / row['n90']:.2g}x"
+            line["middle seed / probe random"] = f"{middle}{value / row['n90']:.2g}x"
         out.append(line)
     return out
 
@@ -183,7 +184,8 @@ def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
         if close:
             chosen += f" ({' and '.join(close)} within 2)"
         line = {"family": family, "chosen (AIC)": chosen}
-        line.update({f"AIC {name}": f"{aic:.1f}" for name, aic in law.aics.items()})
+        aics = law.aics
+        line.update({f"AIC {m}": f"{aics[m]:.1f}" if m in aics else "" for m in MODELS})
         line["b (value dim) [90%]"] = both.shown() if both else "not identified"
         line["b without one cell"] = f"{spread[0]:.2f}-{spread[1]:.2f}" if spread else ""
         line["a (rank)"] = f"{both.a:.2f}" if both else ""
@@ -213,12 +215,13 @@ def panel(ax, grid: np.ndarray, texts: dict, axes: tuple[list, list], title: str
 
 
 def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
-    """Per family: trained n90 (colour: the geometric mean of the seeds read between tested
-    loads; every seed's reading written in the cell) and the probe's random-key n90 per head,
-    over D x d_v on one colour scale."""
+    """Per family: trained n90 (colour: the middle seed's, hatched where it is a lower bound,
+    grey where it is below the judging load; every seed's reading written in the cell) and the
+    probe's random-key n90 per head, over D x d_v on one colour scale."""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
+    from matplotlib.patches import Rectangle
 
     families = list(dict.fromkeys(c["family"] for c in cells))
     axes = (sorted({c["D"] for c in cells}), sorted({c["d_v"] for c in cells}))
@@ -229,14 +232,21 @@ def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
         constrained_layout=True,
     )  # fmt: skip
     for i, family in enumerate(families):
-        trained = np.full(shape, np.nan)
+        trained, bounds = np.full(shape, np.nan), []
         texts = {(y, x): "not run" for y in range(shape[0]) for x in range(shape[1])}
         for c in (c for c in cells if c["family"] == family):
             at = (axes[0].index(c["D"]), axes[1].index(c["d_v"]))
-            trained[at] = float(c["read mean"]) if c["read mean"] else np.nan
+            middle = c["middle seed"]
+            if not middle.startswith("<"):
+                trained[at] = float(middle.lstrip(">="))
+            if middle.startswith(">="):
+                bounds.append(at)
             texts[at] = c["n90 by seed"].replace(", ", "\n")
-        title = f"{family}: trained n90, 2 heads (colour: geometric mean of read seeds)"
+        title = f"{family}: trained n90, 2 heads (colour: the middle seed)"
         image = panel(grid_axes[i][0], trained, texts, axes, title, norm)
+        for y, x in bounds:  # a lower bound: hatched
+            box = Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", linewidth=0)
+            grid_axes[i][0].add_patch(box)
         rule, probed, probe_texts = PROBE_RULE.get(family), np.full(shape, np.nan), {}
         for y, key_dim in enumerate(axes[0]):
             for x, value_dim in enumerate(axes[1]):
@@ -247,7 +257,10 @@ def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
         title = f"memory probe, {rule} rule, random keys: n90 per head, no training"
         panel(grid_axes[i][1], probed, probe_texts, axes, title, norm)
     bar = fig.colorbar(
-        image, ax=grid_axes, shrink=0.7, label="n90 (grey: no seed read a value, or not run)"
+        image,
+        ax=grid_axes,
+        shrink=0.7,
+        label="n90 (hatched: a lower bound; grey: below 2 pairs, at the floor, or not run)",
     )
     ticks = [1, 2, 4, 8, 16, 32, 64]
     bar.set_ticks(ticks, labels=[str(t) for t in ticks])

@@ -39,7 +39,7 @@ def test_the_grid_reads_every_run_and_sets_the_probe_beside_it(sweep: Path, caps
     assert first["n90 by seed"] == "< 2, < 2, < 2"
     assert first["probe random"] == "1"  # the sum rule at D = 2, d_v = 8 (memory_probe.json)
     assert [c["probe random"] for c in cells if c["D"] == "3"] == ["", ""]  # not probed
-    ratios = {(c["D"], c["d_v"]): c.get("median seed / probe random") for c in cells}
+    ratios = {(c["D"], c["d_v"]): c.get("middle seed / probe random") for c in cells}
     assert ratios[("4", "8")] == "2.2x"  # 2.19 (seeds 2.16, 2.19, 2.42) over the probe's 1
     assert ratios[("2", "8")] == "<2x"  # every seed below the judging load 2
     assert {c["n90 by seed"] for c in cells if c["D"] == "6"} == {"4.16, 3.73, 3.49"}

@@ -158,11 +158,14 @@ def cell_rows(found: list[Found], probe: list[dict]) -> list[dict]:
             "middle seed": f"< {value:g}" if middle == "<" else f"{middle}{value:.3g}",
             "train min": f"{min(minutes):.1f}-{max(minutes):.1f}" if minutes else "",
         }
-        for keys in ("random", "orthogonal"):
-            row = probe_n90(probe, PROBE_RULE.get(family), keys, key_dim, value_dim)
+        probed = {
+            keys: probe_n90(probe, PROBE_RULE.get(family), keys, key_dim, value_dim)
+            for keys in ("random", "orthogonal")
+        }
+        for keys, row in probed.items():
             mark = ">=" if row and row["censored"] else ""
             line[f"probe {keys}"] = f"{mark}{row['n90']}" if row else ""
-        row = probe_n90(probe, PROBE_RULE.get(family), "random", key_dim, value_dim)
+        row = probed["random"]
         if row is not None:
             if row["censored"] and middle == ">=":  # both lower bounds: no ratio
                 middle, value = "?", math.nan

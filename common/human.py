@@ -1,15 +1,4 @@
-"""Human-readable sizes, times and counts, as the console lines and the report print them."""
-
-
-def human_bytes(count: float | None) -> str:
-    """`12.0 KiB`-style size (binary units, as memory is counted)."""
-    if count is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"
+"""Human-readable times and counts, as the console lines and the report print them."""
 
 
 def human_time(seconds: float | None) -> str:

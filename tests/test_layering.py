@@ -73,7 +73,7 @@ def test_harness_wings_import_in_order() -> None:
 
 
 def test_the_report_does_not_import_training() -> None:
-    """The report reads records, not a run's training: what both print (`human_bytes`, ...)
+    """The report reads records, not a run's training: what both print (`human_time`, ...)
     lives in `common.human`."""
     offences = {
         str(path.relative_to(REPO)): sorted(

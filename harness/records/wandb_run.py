@@ -213,7 +213,7 @@ def report_items(tables: dict[str, list[dict]], figures: list[Path]) -> dict[str
         logged[f"report/{figure.stem}"] = wandb.Image(str(figure))
     if tables.get("frontier"):
         logged["report/frontier_plot"] = wandb.plot.scatter(
-            logged["report/frontier"], "state_bytes_per_layer", "test_acc", title="frontier"
+            logged["report/frontier"], "state_floats_per_layer", "test_acc", title="frontier"
         )
     return logged
 

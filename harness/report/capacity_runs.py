@@ -10,16 +10,14 @@ at its reading (a lower bound), or left out and counted when its reading lies be
 judging load (nothing to read); a converged run that levelled off below the judging load is
 left-censored there."""
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from common.checks import is_real
 from harness.readouts.capacity import LEFT, RIGHT, RISING_PAST_JUDGING_LOAD, TRAINING_LIMITED
 from harness.readouts.censored_law import EXACT, Observation
 from harness.records.schema import OK
 from harness.report.load_curve import seeds_of
-from harness.report.points import Point
+from harness.report.points import Point, known, mixer_floats
 
 KIND = {None: EXACT, LEFT: "left", RIGHT: "right"}
 """A readout's censoring as the censored fit's observation kind."""
@@ -69,23 +67,6 @@ class CapacityRun:
         se = getattr(self, f"{name}_se_log") or 0.0
         kind = KIND[getattr(self, f"{name}_censoring")]
         return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
-
-
-def known(value: object) -> bool:
-    """A number, not a gap (None, or NaN where other records have the key)."""
-    return is_real(value) and not math.isnan(value)
-
-
-def mixer_floats(row: dict) -> float | None:
-    """The mixer's state per layer: `state.mixer_floats_per_layer`, or (records without it)
-    `state.floats_per_layer` less the short convolution's window, (kernel - 1) x d_model."""
-    if known(row.get("state.mixer_floats_per_layer")):
-        return float(row["state.mixer_floats_per_layer"])
-    floats = row.get("state.floats_per_layer")
-    if not known(floats):
-        return None
-    kernel, width = row.get("backbone.short_conv") or 0, row.get("backbone.d_model") or 0
-    return float(floats - max(kernel - 1, 0) * width)
 
 
 def recorded_rank_bound(row: dict) -> float | None:

@@ -10,7 +10,7 @@ from matplotlib.lines import Line2D
 
 from harness.records.schema import OK
 from harness.report.baselines import coinciding
-from harness.report.points import Point, as_key, sort_key
+from harness.report.points import STATE_FLOATS, Point, as_key, sort_key
 from harness.report.style import (
     BASELINE_STYLES,
     HOLLOW,
@@ -52,7 +52,7 @@ def draw_baselines(
         )
         style = dict(color="grey", linewidth=1, linestyle=BASELINE_STYLES.get(name, "-"))
         values = [v for _, v in pairs]
-        if max(values) - min(values) < 1e-9 or x in (None, "state_bytes"):
+        if max(values) - min(values) < 1e-9 or x in (None, STATE_FLOATS):
             ax.axhline(sum(values) / len(values), gid=f"baseline:{name}", **style)
         else:
             means: dict[Any, list[float]] = defaultdict(list)

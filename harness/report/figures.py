@@ -22,7 +22,7 @@ from harness.report.figure_legend import (
     draw_baselines,
     finish,
 )
-from harness.report.points import Point, as_key, covaries, missing, sort_key
+from harness.report.points import STATE_FLOATS, Point, as_key, covaries, missing, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     REFERENCE,
@@ -123,7 +123,7 @@ def accuracy_figure(
     subtitle: str = "",
     chosen: list[str] | None = None,
 ) -> Figure | None:
-    """Test accuracy against `x` (a parameter or `state_bytes`), log2 axis."""
+    """Test accuracy against `x` (a parameter or `STATE_FLOATS`), log2 axis."""
     drawable = [p for p in points if not missing(p.get(x))]
     if len({as_key(p.get(x)) for p in drawable}) < 2:
         return None  # x was not varied: nothing to draw against
@@ -136,7 +136,7 @@ def accuracy_figure(
         annotate = [] if ticks else together
         draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, annotate, apart, dodge=True)
         draw_baselines(ax, mine, x, coinciding(baseline_curves(points, x)))
-        log2_axis(ax, [p.get(x) for p in drawable], "bytes" if x == "state_bytes" else "length")
+        log2_axis(ax, [p.get(x) for p in drawable], "floats" if x == STATE_FLOATS else "length")
         if ticks:
             ax.xaxis.set_major_formatter(
                 lambda v, _, notes=ticks: f"{v:g}\n{notes.get(f'{v:g}', '')}"
@@ -155,7 +155,7 @@ def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, st
     every point at that x shares them (retrieval_gap's length and batch at each number of
     pairs): written once under the tick rather than beside every model's point. Empty when
     they differ between models at one x (the width behind each state size)."""
-    if x == "state_bytes" or not together:
+    if x == STATE_FLOATS or not together:
         return {}  # state ticks are powers of two, not the points' values (`log2_axis`)
     notes: dict[str, set[str]] = defaultdict(set)
     for p in points:

@@ -48,9 +48,10 @@ CAPTIONS = {
         "model; for softmax, whose state is its KV cache, the tokens it keeps, layers x T."
     ),
     "acc_vs_state": (
-        "Test accuracy against the recurrent state per layer, in bytes, log2 axis: what a "
-        "model must keep to produce the next token (softmax: its KV cache, 2 x length x "
-        "d_model floats, which grows with the length). Up and to the left is better: Zoology's "
+        "Test accuracy against the state per layer, in floats, log2 axis: what a model must "
+        "keep to produce the next token (softmax: its KV cache, 2 x length x d_model floats, "
+        "which grows with the length), the short convolutions' windows left out (the table "
+        "gives them apart). Up and to the left is better: Zoology's "
         "recall-memory frontier. Points of one model at several widths are joined; the width "
         "is written beside each point." + READING
     ),

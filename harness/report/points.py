@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from common.checks import is_real
 from harness.config.capacity_protocol import DERIVED
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 
@@ -63,7 +64,10 @@ class Point:
     seeds: int = 0
     not_ok: int = 0
     lr: float | None = None
-    state_bytes: float | None = None
+    state_floats: float | None = None
+    """The mixer's state per layer in floats (`mixer_floats`; softmax's: its KV cache)."""
+    conv_floats: float | None = None
+    """The short convolutions' windows per layer in floats, named apart (`conv_floats`)."""
     converged: bool | None = None
     baselines: dict[str, float] = field(default_factory=dict)
     by_length: dict[int, float] = field(default_factory=dict)
@@ -78,8 +82,38 @@ class Point:
     their censoring and errors, `verdict`, `why`, `training`), in seed order."""
 
     def get(self, key: str) -> Any:
-        """A parameter, or `state_bytes`, by name."""
-        return self.state_bytes if key == "state_bytes" else self.params.get(key)
+        """A parameter, or `state_floats`, by name."""
+        return self.state_floats if key == STATE_FLOATS else self.params.get(key)
+
+
+STATE_FLOATS = "state_floats"
+"""The point's state as an axis (`Point.get`): the mixer's floats per layer."""
+
+
+def known(value: object) -> bool:
+    """A number, not a gap (None, or NaN where other records have the key)."""
+    return is_real(value) and not math.isnan(value)
+
+
+def mixer_floats(row: dict) -> float | None:
+    """The mixer's state per layer: `state.mixer_floats_per_layer`, or (records without it)
+    `state.floats_per_layer` less the short convolution's window, (kernel - 1) x d_model."""
+    if known(row.get("state.mixer_floats_per_layer")):
+        return integral(float(row["state.mixer_floats_per_layer"]))
+    floats = row.get("state.floats_per_layer")
+    if not known(floats):
+        return None
+    kernel, width = row.get("backbone.short_conv") or 0, row.get("backbone.d_model") or 0
+    return integral(float(floats - max(kernel - 1, 0) * width))
+
+
+def conv_floats(row: dict) -> float | None:
+    """The convolutions' windows per layer: `state.conv_floats_per_layer`, or (records
+    without it) the whole state less the mixer's (`mixer_floats`)."""
+    if known(row.get("state.conv_floats_per_layer")):
+        return integral(float(row["state.conv_floats_per_layer"]))
+    mixer, floats = mixer_floats(row), row.get("state.floats_per_layer")
+    return integral(float(floats - mixer)) if mixer is not None and known(floats) else None
 
 
 def clean_rows(frame: pd.DataFrame) -> list[dict]:
@@ -232,8 +266,9 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
     point.status = OK if ok else (DIVERGED if any_diverged(group) else FAILED)
     point.test_acc, point.test_acc_std = mean_std([r.get("test/acc") for r in ok])
     point.seed_accs = [r["test/acc"] for r in ok if not missing(r.get("test/acc"))]
-    states = [r["state.bytes_per_layer"] for r in group if "state.bytes_per_layer" in r]
-    point.state_bytes = states[0] if states else None
+    states = [r for r in group if mixer_floats(r) is not None]
+    if states:
+        point.state_floats, point.conv_floats = mixer_floats(states[0]), conv_floats(states[0])
     flags = [r["train.converged"] for r in ok if "train.converged" in r]
     point.converged = all(flags) if flags else None
     point.metrics = mean_metrics(ok)

@@ -13,7 +13,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from common.human import human_bytes  # noqa: E402
 from harness.config.short_names import in_figure as short  # noqa: E402
 from models import MIXERS  # noqa: E402
 from models.registry import REFERENCE  # noqa: E402
@@ -44,7 +43,7 @@ AXIS_TITLES = {
     "task.num_distractors": "distractor pairs per example",
     "task.num_tokens": "tokens to copy",
     "task.copy_len": "string length (tokens)",
-    "state_bytes": "recurrent state per layer (bytes)",
+    "state_floats": "state per layer (floats; softmax: its KV cache; conv windows apart)",
     "test_length": "test sequence length (tokens)",
     "copy_len": "string length (tokens)",
     "depth_bin": "needle depth (fraction of the context)",
@@ -117,29 +116,24 @@ def powers_of_two(low: float, high: float, most: int = 8) -> list[float]:
 
 def log2_axis(ax, values: Sequence[float], kind: str) -> None:
     """A log2 x axis with labelled major ticks only: at the values themselves for lengths (up
-    to 10 of them), else at powers of two; sizes labelled `8 KiB`."""
+    to 10 of them), else at powers of two; counts of floats labelled `4,096`."""
     values = sorted({float(v) for v in values if v and v > 0})
     if not values:
         return
     ax.set_xscale("log", base=2)
-    if kind == "bytes" or len(values) > 10:
+    if kind == "floats" or len(values) > 10:
         ticks = powers_of_two(values[0], values[-1])
     else:
         ticks = values
     ax.xaxis.set_major_locator(ticker.FixedLocator(ticks))
     ax.xaxis.set_minor_locator(ticker.NullLocator())
-    if kind == "bytes":
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: bytes_label(v)))
+    if kind == "floats":
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
     else:
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     margin = 2**0.3
     low, high = min(values[0], ticks[0]), max(values[-1], ticks[-1])
     ax.set_xlim(low / margin, high * margin)
-
-
-def bytes_label(value: float) -> str:
-    """`8 KiB`, `1.5 MiB` (no `.0`)."""
-    return human_bytes(value).replace(".0 ", " ")
 
 
 def accuracy_axis(ax) -> None:

@@ -22,6 +22,7 @@ from harness.report.plain_table import print_table, write_csv
 from harness.report.points import (
     AVERAGED,
     SELECTED,
+    STATE_FLOATS,
     Point,
     aggregate,
     clean_rows,
@@ -151,9 +152,9 @@ def draw(
         if any(p.capacity for p in points)
         else accuracy_figure(
             points,
-            "state_bytes",
+            STATE_FLOATS,
             point_keys,
-            "Accuracy against recurrent state size",
+            "Accuracy against state size",
             subtitle,
             chosen,
         ),

@@ -7,9 +7,7 @@ from typing import Any
 from harness.readouts.capacity import level_name, shown
 from harness.records.schema import OK
 from harness.report.capacity_law import MixerLaw
-from harness.report.points import Point, sort_key
-
-KIB = 1024
+from harness.report.points import Point, mixer_floats, sort_key
 
 
 def point_rows(
@@ -20,7 +18,8 @@ def point_rows(
     laws: Mapping[str, MixerLaw] | None = None,
     names: Sequence[str] | None = None,
 ) -> list[dict]:
-    """One row per point: parameters, state (KiB per layer), accuracy (mean, std over seeds:
+    """One row per point: parameters, state (the mixer's floats per layer, the convolutions'
+    windows apart), accuracy (mean, std over seeds:
     blank for one seed), counts, convergence, baselines, accuracy at each test length, the
     load-curve readouts, and the note when not ok; numbers at full precision (`table.csv`;
     printing rounds). The readouts are per seed, at `threshold` (the column is named for it:
@@ -36,7 +35,8 @@ def point_rows(
     ):
         row: dict[str, Any] = {"task": p.task, "model": p.model}
         row.update({k: p.get(k) for k in point_keys})
-        row["state_KiB_per_layer"] = None if p.state_bytes is None else p.state_bytes / KIB
+        row["state_floats_per_layer"] = p.state_floats
+        row["conv_floats_per_layer"] = p.conv_floats
         row["test_acc"] = p.test_acc
         row["std"] = p.test_acc_std
         row["seeds"] = p.seeds
@@ -92,7 +92,7 @@ def frontier_rows(rows: list[dict]) -> list[dict]:
     return [
         {
             **{k.replace("/", "_"): r.get(k) for k in keep},
-            "state_bytes_per_layer": r.get("state.bytes_per_layer"),
+            "state_floats_per_layer": mixer_floats(r),
             "test_acc": r.get("test/acc"),
         }
         for r in rows

@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from common.human import human_bytes, human_count, human_time
+from common.human import human_count, human_time
 from harness.readouts.capacity import (
     NOT_LIMITED,
     RISING_PAST_JUDGING_LOAD,
@@ -154,9 +154,21 @@ def capacity_text(capacity: dict | None) -> str:
     return text
 
 
+def state_text(state: dict) -> str:
+    """`state 4,160 floats/layer (+192 conv)`: the mixer's state per layer (softmax's is a
+    KV cache), the short convolutions' windows named apart; empty without a state."""
+    floats = state.get("mixer_floats_per_layer", state.get("floats_per_layer"))
+    if floats is None:
+        return ""
+    kind = "KV cache" if state.get("grows_with_seq_len") else "state"
+    conv = state.get("conv_floats_per_layer")
+    return f"{kind} {floats:,.0f} floats/layer" + (f" (+{conv:,.0f} conv)" if conv else "")
+
+
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
     """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
-    the strongest baseline, state size, time, and why it did not finish when it did not."""
+    the strongest baseline, state in floats (`state_text`), time, and why it did not finish
+    when it did not."""
     status = status_of(record)
     parts = [f"[{position}]" if position else "", f"{status:<8}", record.get("task") or "?"]
     parts.append(model_label(record))
@@ -169,9 +181,7 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
             text += f" (baseline {baseline[1]:.3f} {baseline[0]})"
         parts.append(text)
         parts.append(capacity_text(record.get("capacity")))
-    state = record.get("state") or {}
-    if state:
-        parts.append(f"state {human_bytes(state.get('bytes_per_layer'))}/layer")
+    parts.append(state_text(record.get("state") or {}))
     train = record.get("train") or {}
     if train:
         parts.append(human_time(train.get("wall_s")))

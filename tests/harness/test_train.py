@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from common.human import human_bytes
 from harness.config.refusal import BadInput
 from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli
@@ -88,7 +87,7 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     assert saved["train"]["steps"] == 30
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("ok")]
     assert f"acc {saved['metrics']['test/acc']:.3f}" in line
-    assert f"state {human_bytes(4 * 4416)}/layer" in line
+    assert "state 4,224 floats/layer (+192 conv)" in line
     assert "assoc_recall  favor  seq_len=24" in line
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 

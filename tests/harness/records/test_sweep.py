@@ -45,7 +45,8 @@ def test_sweep_records_every_job_skips_them_on_rerun_and_reports(tmp_path: Path)
         assert (sweep / "report" / name).stat().st_size > 0
     softmax_24 = next(r for r in table if r["model"] == "softmax" and r["task.seq_len"] == 24)
     kv_cache, short_conv = 2 * 24 * 64, (4 - 1) * 64  # keys and values; the conv's last 3 inputs
-    assert softmax_24["state_KiB_per_layer"] == 4 * (kv_cache + short_conv) / 1024
+    assert softmax_24["state_floats_per_layer"] == kv_cache  # in floats, the conv apart
+    assert softmax_24["conv_floats_per_layer"] == short_conv
 
 
 @pytest.mark.slow

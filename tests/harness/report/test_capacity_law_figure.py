@@ -13,8 +13,8 @@ from harness.readouts.censored_law import fit_censored_law
 from harness.records.sweep import flat_row
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import capacity_laws, observations
-from harness.report.capacity_runs import capacity_runs, mixer_floats
-from harness.report.points import aggregate, clean_rows
+from harness.report.capacity_runs import capacity_runs
+from harness.report.points import aggregate, clean_rows, mixer_floats
 from harness.report.reread import reread
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record

@@ -3,6 +3,7 @@
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -68,9 +69,12 @@ def test_state_frontier_collision_one_line_per_model(tmp_path: Path) -> None:
     drawn = lines(ax, "model")
     assert sorted(drawn) == sorted(FRONTIER_MODELS)
     assert all(len(line.get_xdata()) == 3 for line in drawn.values())
-    assert ax.get_xscale() == "log" and ax.get_xlabel() == "recurrent state per layer (bytes)"
+    assert ax.get_xscale() == "log" and ax.get_xlabel() == (
+        "state per layer (floats; softmax: its KV cache; conv windows apart)"
+    )
     labels = tick_labels(ax)
-    assert len(labels) >= 3 and all(label.endswith("KiB") for label in labels), labels
+    assert len(labels) >= 3 and all(float(label.replace(",", "")).is_integer() for label in labels)
+    assert all(math.log2(float(label.replace(",", ""))).is_integer() for label in labels), labels
     legend = figures["acc_vs_state"].legends[0]
     shown = [t.get_text() for t in legend.get_texts()][: len(FRONTIER_MODELS)]
     assert shown == [m for m in KNOWN_MODELS if m in FRONTIER_MODELS]  # whatever the sweep's
@@ -332,7 +336,7 @@ def test_a_swept_feature_map_draws_one_line_per_variant_in_one_panel(tmp_path: P
         for D, acc in zip((7, 21), accs, strict=True):
             r = record("linear", acc=acc)
             r["model_params"] = {"n_heads": 2, "feature_map": feature_map, "feature_dim": D}
-            r["state"]["bytes_per_layer"] = 4 * 2 * (D * 32 + D)
+            r["state"]["mixer_floats_per_layer"] = 2 * (D * 32 + D)
             r["config_hash"] += f"-{feature_map}-{D}"
             records.append(r)
     ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].get_axes()

@@ -176,7 +176,7 @@ def test_a_label_at_one_place_is_written_once(tmp_path: Path) -> None:
         for D in (21, 73):
             r = record("linear", acc=0.5 + D / 200, seq_len=64)
             r["model_params"] = {"n_heads": 2, "feature_map": feature_map, "feature_dim": D}
-            r["state"]["bytes_per_layer"] = 4 * 2 * (D * 32 + D)
+            r["state"]["mixer_floats_per_layer"] = 2 * (D * 32 + D)
             r["config_hash"] += f"-{feature_map}-{D}"
             records.append(r)
     ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].axes[0]

@@ -1,6 +1,6 @@
 """The report page leads with results: the verdicts, the figures with their captions, the
 table, then provenance and the settings (experiment, then plumbing, collapsed); the table's
-state in KiB, std blank for one seed, full precision in `table.csv`; and, where Chromium is
+state in floats, std blank for one seed, full precision in `table.csv`; and, where Chromium is
 installed, the page as a browser shows it: every figure loads, nothing overflows."""
 
 import csv
@@ -97,17 +97,17 @@ def test_provenance_names_command_commit_versions_machine_and_wall_time(gap) -> 
     assert "288 s (4.8 min) of training summed over 24 jobs" in block  # 24 x 12 s
 
 
-def test_table_state_in_kib_std_blank_for_one_seed_full_precision_in_csv(tmp_path) -> None:
+def test_table_state_in_floats_std_blank_for_one_seed_full_precision_in_csv(tmp_path) -> None:
     records = [record("linear", acc=0.00975), record("softmax", acc=0.5, seed=0),
                record("softmax", acc=0.6, seed=1)]  # fmt: skip
     sweep = write_sweep(tmp_path / "sweep", records)
     table = {r["model"]: r for r in report(sweep, wandb_mode="disabled")}
-    assert table["linear"]["state_KiB_per_layer"] == 4 * 2 * (32 * 32 + 32) / 1024
+    assert table["linear"]["state_floats_per_layer"] == 2 * (32 * 32 + 32)
     assert table["linear"]["std"] is None and table["softmax"]["std"] == pytest.approx(0.0707, 1e-3)
     with open(sweep / "report" / "table.csv") as handle:
         rows = {r["model"]: r for r in csv.DictReader(handle)}
     assert rows["linear"]["test_acc"] == "0.00975" and rows["linear"]["std"] == ""
-    assert rows["linear"]["state_KiB_per_layer"] == "8.25"
+    assert rows["linear"]["state_floats_per_layer"] == "2112"
     assert rows["softmax"]["test_acc"] == "0.55"
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.human import human_bytes
 from harness.readouts.capacity import readout
 from harness.readouts.convergence import STILL_RISING
 from harness.training.checkpoint import saved_step
@@ -22,6 +21,7 @@ from harness.training.console import (
     job_line,
     quiet,
     show_progress_bar,
+    state_text,
     strongest_baseline,
 )
 from tests.conftest import SMALL_RECALL, cli_command, cli_env, terminal_sigint
@@ -35,7 +35,7 @@ OK = {
         "test/baseline/chance": 0.0156,
         "test/baseline/in_context": 0.25,
     },
-    "state": {"bytes_per_layer": 16896},
+    "state": {"mixer_floats_per_layer": 4160, "conv_floats_per_layer": 64},
     "train": {"wall_s": 75.2, "converged": False},
 }
 
@@ -47,7 +47,7 @@ def test_job_line_says_everything_in_one_line() -> None:
         "assoc_recall  linear  seq_len=64  d_model=128",
         "acc 0.504",
         "(baseline 0.250 in_context)",
-        "state 16.5 KiB/layer",
+        "state 4,160 floats/layer (+64 conv)",
         "1m15s",
         "not converged",
     ):
@@ -132,8 +132,10 @@ def test_job_line_of_a_diverged_job_gives_the_reason() -> None:
     assert "acc" not in line
 
 
-def test_sizes_are_readable() -> None:
-    assert [human_bytes(n) for n in (512, 16896, 3 * 2**20)] == ["512 B", "16.5 KiB", "3.0 MiB"]
+def test_a_kv_cache_is_named_and_a_state_without_conv_has_no_conv_part() -> None:
+    kv = {"mixer_floats_per_layer": 8192, "conv_floats_per_layer": 0, "grows_with_seq_len": True}
+    assert state_text(kv) == "KV cache 8,192 floats/layer"
+    assert state_text({}) == ""
 
 
 def test_known_warnings_and_banners_are_silenced() -> None:

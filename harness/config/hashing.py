@@ -1,27 +1,13 @@
-"""The config hash (a run's identity: its resolved config without where files go, how it is logged
-or how its load curve is read) and a registry entry's parameters from its group."""
+"""The config hash (a run's identity: its resolved config without the settings whose role is
+plumbing or readout, `harness.config.settings`) and a registry entry's parameters from its
+group."""
 
 import hashlib
 import json
 
 from omegaconf import DictConfig, OmegaConf
 
-HASH_EXCLUDED = (
-    "logger",
-    "hydra",
-    "paths",
-    "resume",
-    "checkpoint",
-    "output_dir",
-    "compile",
-    "capacity",
-)
-"""Top-level config keys that do not change a run's outcome (where files go, logging, how a
-load curve is read)."""
-
-
-HASH_EXCLUDED_DATA = ("cache_dir",)
-
+from harness.config.settings import IDENTITY, role_of
 
 HARNESS_KEYS = ("name", "eval_seq_lens", "test", "mixture")
 """Keys of a `task`/`model` group that are the harness's, not the constructor's: the test
@@ -38,23 +24,40 @@ DEFAULT_BACKBONE_KEYS = {"init": "torch"}
 today's behaviour) they leave the hash as it was before the key existed."""
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Stable hash of the resolved config without paths and logger settings."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    for key in HASH_EXCLUDED:
-        resolved.pop(key, None)
-    for key in HASH_EXCLUDED_DATA:
-        resolved.get("data", {}).pop(key, None)
-    task = resolved.get("task", {})
+def identity_of(resolved: dict, prefix: str = "") -> dict:
+    """The part of a resolved config that says what a run measures: every key whose role is
+    `IDENTITY` (`harness.config.settings.role_of`), groups left empty dropped."""
+    kept = {}
+    for key, value in resolved.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            value = identity_of(value, f"{dotted}.")
+            if value:
+                kept[key] = value
+        elif role_of(dotted) == IDENTITY:
+            kept[key] = value
+    return kept
+
+
+def identity_hash(resolved: dict) -> str:
+    """The hash of a resolved config (a record's `config` too): its identity
+    (`identity_of`), with the task's unset harness keys and the backbone's keys at their
+    pre-existing defaults left out."""
+    identity = identity_of(resolved)
+    task = identity.get("task", {})
     for key in UNSET_TASK_KEYS:
         if task.get(key) is None:
             task.pop(key, None)
-    backbone = resolved.get("backbone") or {}
+    backbone = identity.get("backbone") or {}
     for key, default in DEFAULT_BACKBONE_KEYS.items():
         if backbone.get(key) == default:
             backbone.pop(key, None)
-    resolved.get("trainer", {}).pop("enable_progress_bar", None)
-    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """A run's identity as 16 hex digits: the resolved config's `identity_hash`."""
+    return identity_hash(OmegaConf.to_container(cfg, resolve=True))
 
 
 def params_of(cfg_group: DictConfig) -> dict:

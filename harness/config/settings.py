@@ -68,6 +68,20 @@ def strategies() -> tuple:
     return ("auto", *StrategyRegistry.available_strategies())
 
 
+IDENTITY = "identity"
+"""A setting that changes what a run measures: in the config hash, a column of the report."""
+PLUMBING = "plumbing"
+"""A setting that says where and how a run is carried out, every value giving the same
+outcome (threads, devices, logging, a mixer's computation mode): neither in the config hash
+nor a column of the report, which lists it apart."""
+READOUT = "readout"
+"""A setting that says how a record is read (the load curve's threshold): not in the config
+hash, since the report reads a record anew under another value."""
+GROUP_ROLES = {"model.mode": PLUMBING, "model.chunk_size": PLUMBING}
+"""Roles of keys of the model and task groups (declared by their constructors): every mode
+of a mixer computes the same outputs (`models/kernels/`), so its mode and chunk size are
+plumbing."""
+
 WANDB_MODES = ("offline", "online", "disabled")
 LOGGERS = ("none", "wandb")
 """The `logger` group's options (conf/logger/<name>.yaml), each naming itself in `name`."""
@@ -84,13 +98,15 @@ def setting(
     check: typing.Callable[[Any], bool] | None = None,
     allowed: str | None = None,
     choices: typing.Callable[[], tuple] | None = None,
+    role: str = IDENTITY,
 ) -> Any:
     """A declared field: its `default`, its range (`low <= value`, `above < value`,
     `value <= high`), what null means where null is allowed (`none`), a `note` on the
     allowed values; or its own `check` with the `allowed` text it refuses with; or the
-    function that lists a framework's `choices` (as a `Literal`, read when checked)."""
+    function that lists a framework's `choices` (as a `Literal`, read when checked); and its
+    `role` (`IDENTITY`, `PLUMBING` or `READOUT`)."""
     meta = dict(low=low, above=above, high=high, none=none, note=note)
-    meta.update(check=check, choices=choices)
+    meta.update(check=check, choices=choices, role=role)
     return field(default=default, metadata={**meta, "allowed": allowed})
 
 
@@ -115,10 +131,10 @@ class Capacity:
     """The load curve's readout (`harness.readouts.capacity`): the accuracy a load must reach to
     count as held (`capacity.n90`) and to pass the limit verdict."""
 
-    threshold: float = setting(0.9, above=0, high=1)
-    protocol: bool = False
-    bound_multiple: float = setting(2, low=1)
-    max_load: int | None = setting(None, low=1, none="derived from the rank bound")
+    threshold: float = setting(0.9, above=0, high=1, role=READOUT)
+    protocol: bool = setting(False, role=READOUT)
+    bound_multiple: float = setting(2, low=1, role=READOUT)
+    max_load: int | None = setting(None, low=1, none="derived from the rank bound", role=READOUT)
 
 
 @dataclass(frozen=True)
@@ -131,7 +147,9 @@ class Data:
     num_test: int = setting(2000, low=1)
     batch_size: int = setting(64, low=1)
     seed: int = setting("${seed}", low=0)
-    cache_dir: str = "${oc.env:RECALL_HARNESS_CACHE,${oc.env:HOME,.}/.cache/recall-harness}"
+    cache_dir: str = setting(
+        "${oc.env:RECALL_HARNESS_CACHE,${oc.env:HOME,.}/.cache/recall-harness}", role=PLUMBING
+    )
 
 
 @dataclass(frozen=True)
@@ -139,8 +157,8 @@ class Checkpoint:
     """Kill-safe training state, and the final weights a run may keep
     (`harness.training.checkpoint`)."""
 
-    dir: str = "${oc.env:RECALL_HARNESS_CKPT,outputs/checkpoints}"
-    keep: bool = False
+    dir: str = setting("${oc.env:RECALL_HARNESS_CKPT,outputs/checkpoints}", role=PLUMBING)
+    keep: bool = setting(False, role=PLUMBING)
 
 
 @dataclass(frozen=True)
@@ -161,27 +179,38 @@ class Trainer:
     """The arguments of Lightning's `Trainer` that the configs set (`conf/trainer/`); device
     requests are checked against the machine by `harness.config.devices`."""
 
-    accelerator: Literal[ACCELERATORS] = "auto"
-    devices: Any = setting(1, check=lambda _: True, allowed="checked by harness.config.devices")
+    accelerator: Literal[ACCELERATORS] = setting("auto", role=PLUMBING)
+    devices: Any = setting(
+        1, check=lambda _: True, allowed="checked by harness.config.devices", role=PLUMBING
+    )
     precision: Any = setting("32-true", choices=precisions)
     max_steps: int = setting(1200, low=1)
-    max_epochs: int | None = setting(-1, low=-1, none="no epoch limit", note="-1: no limit")
+    max_epochs: int | None = setting(
+        -1, low=-1, none="no epoch limit", note="-1: no limit", role=PLUMBING
+    )
     val_check_interval: int | float = setting(
         100,
         check=steps_or_fraction,
         allowed="an integer >= 1 (steps) or a fraction in (0, 1] (of trainer.max_steps)",
     )
-    check_val_every_n_epoch: int | None = setting(None, low=1, none="validate by steps only")
-    num_sanity_val_steps: int = setting(0, low=-1, note="-1: the whole validation set")
-    log_every_n_steps: int = setting(20, low=1)
-    enable_progress_bar: bool = True
-    enable_model_summary: bool = False
-    deterministic: bool | Literal["warn"] = setting(
-        False, check=lambda v: isinstance(v, bool) or v == "warn", allowed="true, false or warn"
+    check_val_every_n_epoch: int | None = setting(
+        None, low=1, none="validate by steps only", role=PLUMBING
     )
-    use_distributed_sampler: bool = False
-    strategy: Any = setting(ABSENT, choices=strategies)
-    num_nodes: int = setting(ABSENT, low=1)
+    num_sanity_val_steps: int = setting(
+        0, low=-1, note="-1: the whole validation set", role=PLUMBING
+    )
+    log_every_n_steps: int = setting(20, low=1, role=PLUMBING)
+    enable_progress_bar: bool = setting(True, role=PLUMBING)
+    enable_model_summary: bool = setting(False, role=PLUMBING)
+    deterministic: bool | Literal["warn"] = setting(
+        False,
+        check=lambda v: isinstance(v, bool) or v == "warn",
+        allowed="true, false or warn",
+        role=PLUMBING,
+    )
+    use_distributed_sampler: bool = setting(False, role=PLUMBING)
+    strategy: Any = setting(ABSENT, choices=strategies, role=PLUMBING)
+    num_nodes: int = setting(ABSENT, low=1, role=PLUMBING)
     gradient_clip_val: None = setting(
         ABSENT, check=lambda v: v is None, allowed="unset: the clip value lives in optim.grad_clip"
     )
@@ -191,11 +220,11 @@ class Trainer:
 class Logger:
     """W&B (`harness.records.wandb_run`); `logger=none` has only `name`."""
 
-    name: Literal[LOGGERS] = "wandb"
-    project: str = "recall-harness"
-    entity: str | None = setting(None, none="your default W&B entity")
-    mode: Literal[WANDB_MODES] = "offline"
-    init_timeout: float = setting(15, above=0, note="seconds")
+    name: Literal[LOGGERS] = setting("wandb", role=PLUMBING)
+    project: str = setting("recall-harness", role=PLUMBING)
+    entity: str | None = setting(None, none="your default W&B entity", role=PLUMBING)
+    mode: Literal[WANDB_MODES] = setting("offline", role=PLUMBING)
+    init_timeout: float = setting(15, above=0, note="seconds", role=PLUMBING)
 
 
 @dataclass(frozen=True)
@@ -204,9 +233,9 @@ class RunSettings:
     `logger`)."""
 
     seed: int = setting(0, low=0)
-    threads: int = setting(0, low=0, note="0: the free cores' share")
-    resume: bool = True
-    compile: bool = False
+    threads: int = setting(0, low=0, note="0: the free cores' share", role=PLUMBING)
+    resume: bool = setting(True, role=PLUMBING)
+    compile: bool = setting(False, role=PLUMBING)
     early_stop_acc: float | None = setting(0.99, above=0, high=1, none="never stop on accuracy")
     plateau: Plateau = field(default_factory=Plateau)
     capacity: Capacity = field(default_factory=Capacity)
@@ -225,6 +254,11 @@ class Setting:
     kind: Any
     default: Any
     meta: dict
+
+    @property
+    def role(self) -> str:
+        """`IDENTITY` unless declared otherwise."""
+        return self.meta.get("role", IDENTITY)
 
     @property
     def nullable(self) -> bool:
@@ -311,6 +345,7 @@ class Setting:
         require(self.range_ok(value), self.key, value, allowed)
 
 
+@functools.cache
 def declared(cls: type = RunSettings, prefix: str = "") -> dict[str, Setting]:
     """Every declared key (`optim.lr`, `trainer.precision`, ...) in declaration order."""
     out: dict[str, Setting] = {}
@@ -323,6 +358,16 @@ def declared(cls: type = RunSettings, prefix: str = "") -> dict[str, Setting]:
             key = f"{prefix}{f.name}"
             out[key] = Setting(key, kind, f.default, dict(f.metadata))
     return out
+
+
+def role_of(key: str) -> str:
+    """A dotted key's role (`IDENTITY`, `PLUMBING`, `READOUT`): declared here or in
+    `GROUP_ROLES`; Hydra's own keys are plumbing; any other key (a task's or model's parameter,
+    `backbone.*`) is identity."""
+    if key == "hydra" or key.startswith("hydra."):
+        return PLUMBING
+    spec = declared().get(key)
+    return spec.role if spec else GROUP_ROLES.get(key, IDENTITY)
 
 
 def defaults() -> dict[str, Any]:

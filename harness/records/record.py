@@ -10,13 +10,14 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.hashing import params_of
 from harness.config.hydra_job import group_choices
 from harness.records.files import jsonable, write_atomic
-from harness.records.schema import FAILED, RECORD
+from harness.records.schema import FAILED, RECORD, SCHEMA_VERSION
 from models.stack import HYBRID, hybrid_label
 
 
 def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
     """The record of a run that has not finished yet: status `failed` until it does."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "status": FAILED,
         "task": cfg.task.name,
         "model": cfg.model.name,

@@ -25,6 +25,12 @@ DIVERGED_AT_STEP = "diverged_at_step"
 """Key of the record's `train` block: the optimiser step at which the run diverged (None when
 it did not)."""
 
+SCHEMA_VERSION = 2
+"""The record's layout (`schema_version`; a record without one is version 1): version 2 hashes
+a config by its settings' roles (`harness.config.hashing.identity_hash`), so that threads,
+devices or a mixer's mode no longer make a run another one. `harness.records.migration`
+brings an older record up to it."""
+
 RECORD = "results.json"
 """A run's record, in its folder (and a re-test's, in its own)."""
 SUMMARY = "summary.jsonl"

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from harness.records.files import jsonable
+from harness.records.migration import migrated
 from harness.records.schema import SUMMARY
 
 
@@ -28,12 +29,13 @@ def append_summary(sweep_dir: Path, record: dict) -> Path:
 
 
 def read_summary(sweep_dir: Path) -> list[dict]:
-    """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped)."""
+    """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped), in
+    the current layout (`migrated`)."""
     path = Path(sweep_dir) / SUMMARY
     if not path.exists():
         return []
     records = []
     for line in path.read_text().splitlines():
         with contextlib.suppress(json.JSONDecodeError):
-            records.append(json.loads(line))
+            records.append(migrated(json.loads(line)))
     return records

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from harness.records.files import write_atomic
+from harness.records.migration import migrated
 from harness.records.record import model_label
 from harness.records.schema import RECORD
 from harness.records.summary import read_summary
@@ -25,18 +26,9 @@ from models.stack import HYBRID, layers_text
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"  # one counter per launch: .progress-<pid of the launching process>
 DESCRIBING = ".sweep.lock"
-NOT_PARAMETERS = (
-    "task",
-    "model",
-    "logger",
-    "hydra",
-    "checkpoint",
-    "threads",
-    "resume",
-    "output_dir",
-)
-"""Config keys that are not columns: the task and model groups come from the resolved
-`task_params` / `model_params`; the rest says where and how a job ran, not what it ran."""
+GROUPS = ("task", "model")
+"""Config groups whose columns come from the record's resolved `task_params` / `model_params`
+rather than its `config`."""
 
 
 def records_of(folder: str | Path) -> list[dict]:
@@ -56,7 +48,7 @@ def records_of(folder: str | Path) -> list[dict]:
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:
-            record = json.loads(path.read_text())
+            record = migrated(json.loads(path.read_text()))
             written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             continue
@@ -103,7 +95,7 @@ def flat_row(record: dict) -> dict[str, Any]:
     row.update(layer_columns(record))
     params = {k: v for k, v in (record.get("model_params") or {}).items() if k != "layers"}
     row.update({f"model.{k}": v for k, v in params.items()})
-    config = {k: v for k, v in (record.get("config") or {}).items() if k not in NOT_PARAMETERS}
+    config = {k: v for k, v in (record.get("config") or {}).items() if k not in GROUPS}
     row.update(flatten(config))
     row.pop("data.cache_dir", None)
     parts = ("state", "train", "capacity")

@@ -17,7 +17,7 @@ from harness.readouts.capacity import LEFT, RIGHT, RISING_PAST_JUDGING_LOAD, TRA
 from harness.readouts.censored_law import EXACT, Observation
 from harness.records.schema import OK
 from harness.report.load_curve import seeds_of
-from harness.report.points import Point, known, mixer_floats
+from harness.report.points import Point, state_value
 
 KIND = {None: EXACT, LEFT: "left", RIGHT: "right"}
 """A readout's censoring as the censored fit's observation kind."""
@@ -69,18 +69,9 @@ class CapacityRun:
         return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
 
 
-def recorded_rank_bound(row: dict) -> float | None:
-    """`state.rank_bound_stack`, or (records without it) the per-layer bound times the
-    backbone's layers."""
-    if known(row.get("state.rank_bound_stack")):
-        return float(row["state.rank_bound_stack"])
-    per_layer, layers = row.get("state.rank_bound_per_layer"), row.get("backbone.n_layers")
-    return float(per_layer * layers) if known(per_layer) and known(layers) else None
-
-
 def run_of(name: str, seed: dict) -> CapacityRun | None:
     """One seed's row as a run; None without a verdict or a state size."""
-    floats = mixer_floats(seed)
+    floats = state_value(seed, "mixer_floats_per_layer")
     if seed.get("capacity.verdict") is None or floats is None:
         return None
     fields = ("n90", "n90_censoring", "n90_se_log", "n50", "n50_censoring", "n50_se_log")
@@ -88,7 +79,7 @@ def run_of(name: str, seed: dict) -> CapacityRun | None:
         mixer=name,
         floats=floats,
         verdict=seed.get("capacity.verdict"),
-        rank_bound=recorded_rank_bound(seed),
+        rank_bound=state_value(seed, "rank_bound_stack"),
         why=seed.get("capacity.why"),
         training=seed.get("capacity.training"),
         seed=seed.get("seed"),

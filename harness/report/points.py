@@ -14,6 +14,7 @@ import pandas as pd
 
 from common.checks import is_real
 from harness.config.capacity_protocol import DERIVED
+from harness.config.settings import PLUMBING, role_of
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 
 AVERAGED = ("seed", "data.seed")
@@ -22,7 +23,8 @@ SELECTED = ("optim.lr",)
 """A grid per point: the value with the best mean validation accuracy is kept."""
 PARAMETER_PREFIXES = ("task.", "model.", "backbone.", "optim.", "data.", "trainer.")
 PARAMETER_KEYS = ("seed", "early_stop_acc")
-NOT_POINT_KEYS = ("task.eval_seq_lens", "trainer.enable_progress_bar")
+NOT_POINT_KEYS = ("task.eval_seq_lens",)
+"""Identity that is not a point's: the extra test lengths are read as their own columns."""
 LENGTH_PREFIX = "test/acc_by/seq_len/"
 BASELINE_PREFIX = "test/baseline/"
 DIVERGED_STEP = f"train.{DIVERGED_AT_STEP}"
@@ -65,9 +67,9 @@ class Point:
     not_ok: int = 0
     lr: float | None = None
     state_floats: float | None = None
-    """The mixer's state per layer in floats (`mixer_floats`; softmax's: its KV cache)."""
+    """The mixer's state per layer in floats (softmax's: its KV cache)."""
     conv_floats: float | None = None
-    """The short convolutions' windows per layer in floats, named apart (`conv_floats`)."""
+    """The short convolutions' windows per layer in floats, named apart."""
     converged: bool | None = None
     baselines: dict[str, float] = field(default_factory=dict)
     by_length: dict[int, float] = field(default_factory=dict)
@@ -95,25 +97,12 @@ def known(value: object) -> bool:
     return is_real(value) and not math.isnan(value)
 
 
-def mixer_floats(row: dict) -> float | None:
-    """The mixer's state per layer: `state.mixer_floats_per_layer`, or (records without it)
-    `state.floats_per_layer` less the short convolution's window, (kernel - 1) x d_model."""
-    if known(row.get("state.mixer_floats_per_layer")):
-        return integral(float(row["state.mixer_floats_per_layer"]))
-    floats = row.get("state.floats_per_layer")
-    if not known(floats):
-        return None
-    kernel, width = row.get("backbone.short_conv") or 0, row.get("backbone.d_model") or 0
-    return integral(float(floats - max(kernel - 1, 0) * width))
-
-
-def conv_floats(row: dict) -> float | None:
-    """The convolutions' windows per layer: `state.conv_floats_per_layer`, or (records
-    without it) the whole state less the mixer's (`mixer_floats`)."""
-    if known(row.get("state.conv_floats_per_layer")):
-        return integral(float(row["state.conv_floats_per_layer"]))
-    mixer, floats = mixer_floats(row), row.get("state.floats_per_layer")
-    return integral(float(floats - mixer)) if mixer is not None and known(floats) else None
+def state_value(row: dict, key: str) -> int | float | None:
+    """`state.<key>` of a row (`mixer_floats_per_layer`, `conv_floats_per_layer`,
+    `rank_bound_stack`; older records have them by `harness.records.migration`), None where
+    the record has no state."""
+    value = row.get(f"state.{key}")
+    return integral(float(value)) if known(value) else None
 
 
 def clean_rows(frame: pd.DataFrame) -> list[dict]:
@@ -149,7 +138,9 @@ def derived(column: str) -> bool:
 def varied(rows: list[dict], columns: list[str]) -> list[str]:
     """Columns that take more than one value within some (task, model); a setting the
     capacity protocol derived (`harness.config.capacity_protocol.DERIVED`) counts only in the
-    runs without the protocol."""
+    runs without the protocol. Plumbing (`harness.config.settings.PLUMBING`: threads,
+    devices, a mixer's mode) never counts: every value gives the same outcome."""
+    columns = [c for c in columns if role_of(c) != PLUMBING]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         groups[(row.get("task"), row.get("model"))].append(row)
@@ -166,33 +157,9 @@ def varied(rows: list[dict], columns: list[str]) -> list[str]:
     return [c for c in columns if varies(c)]
 
 
-PLUMBING = (
-    "compile",
-    "data.cache_dir",
-    "data.num_workers",
-    "model.chunk_size",
-    "model.mode",
-    "trainer.accelerator",
-    "trainer.check_val_every_n_epoch",
-    "trainer.deterministic",
-    "trainer.devices",
-    "trainer.enable_checkpointing",
-    "trainer.enable_model_summary",
-    "trainer.enable_progress_bar",
-    "trainer.log_every_n_steps",
-    "trainer.max_epochs",
-    "trainer.num_nodes",
-    "trainer.num_sanity_val_steps",
-    "trainer.strategy",
-    "trainer.use_distributed_sampler",
-)
-"""Settings that change how a run is carried out, not what it measures (where it runs, what
-it logs, a mixer's computation mode: every mode gives the same outputs)."""
-
-
 def split_settings(fixed: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the settings that define the experiment, the plumbing), each in `fixed`'s order."""
-    plumbing = {k: v for k, v in fixed.items() if k in PLUMBING or k.endswith("_dir")}
+    plumbing = {k: v for k, v in fixed.items() if role_of(k) == PLUMBING or k.endswith("_dir")}
     return {k: v for k, v in fixed.items() if k not in plumbing}, plumbing
 
 
@@ -266,9 +233,10 @@ def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
     point.status = OK if ok else (DIVERGED if any_diverged(group) else FAILED)
     point.test_acc, point.test_acc_std = mean_std([r.get("test/acc") for r in ok])
     point.seed_accs = [r["test/acc"] for r in ok if not missing(r.get("test/acc"))]
-    states = [r for r in group if mixer_floats(r) is not None]
+    states = [r for r in group if state_value(r, "mixer_floats_per_layer") is not None]
     if states:
-        point.state_floats, point.conv_floats = mixer_floats(states[0]), conv_floats(states[0])
+        point.state_floats = state_value(states[0], "mixer_floats_per_layer")
+        point.conv_floats = state_value(states[0], "conv_floats_per_layer")
     flags = [r["train.converged"] for r in ok if "train.converged" in r]
     point.converged = all(flags) if flags else None
     point.metrics = mean_metrics(ok)

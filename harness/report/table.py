@@ -7,7 +7,7 @@ from typing import Any
 from harness.readouts.capacity import level_name, shown
 from harness.records.schema import OK
 from harness.report.capacity_law import MixerLaw
-from harness.report.points import Point, mixer_floats, sort_key
+from harness.report.points import Point, sort_key, state_value
 
 
 def point_rows(
@@ -92,7 +92,7 @@ def frontier_rows(rows: list[dict]) -> list[dict]:
     return [
         {
             **{k.replace("/", "_"): r.get(k) for k in keep},
-            "state_floats_per_layer": mixer_floats(r),
+            "state_floats_per_layer": state_value(r, "mixer_floats_per_layer"),
             "test_acc": r.get("test/acc"),
         }
         for r in rows

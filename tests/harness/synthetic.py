@@ -4,6 +4,8 @@ report is tested on what it draws without training anything."""
 import json
 from pathlib import Path
 
+from harness.records.schema import SCHEMA_VERSION
+
 HEADS = 2
 
 
@@ -60,6 +62,7 @@ def record(
         train.update(converged=converged, val_curve=[[100, 0.1], [400, acc or 0.0]])
     refused = status == "failed" and error and "invalid" in error
     return {
+        "schema_version": SCHEMA_VERSION,
         "status": status,
         "error": error,
         "task": task,
@@ -74,6 +77,8 @@ def record(
         if refused
         else {
             "floats_per_layer": floats,
+            "mixer_floats_per_layer": floats,  # no short conv in these records' backbone
+            "conv_floats_per_layer": 0,
             "bytes_per_layer": 4 * floats,
             "bytes_total": 8 * floats,
             "grows_with_seq_len": model == "softmax",

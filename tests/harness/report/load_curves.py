@@ -42,6 +42,7 @@ def curve_record(
     rec["task_params"]["num_kv_pairs"] = [1, max(accs)]
     rec["train"].update(TRAIN[training])
     rec["state"]["rank_bound_per_layer"] = 64 if model == "softmax" else d_model  # T; H x D
+    rec["state"]["rank_bound_stack"] = 2 * rec["state"]["rank_bound_per_layer"]  # two layers
     rec["config"]["data"]["num_test"] = PER_LOAD * len(accs)
     rec["config"]["capacity"] = {"threshold": threshold}
     rec["capacity"] = {"load": "num_kv_pairs", "n90": 999.0, "verdict": "not_limited"}

@@ -14,7 +14,7 @@ from harness.records.sweep import flat_row
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import capacity_laws, observations
 from harness.report.capacity_runs import capacity_runs
-from harness.report.points import aggregate, clean_rows, mixer_floats
+from harness.report.points import aggregate, clean_rows
 from harness.report.reread import reread
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record
@@ -147,12 +147,3 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     read80 = float(linear80[64]["n80"].split(";")[0].split(" ")[0])
     assert read80 > read90  # a lower level is held further: read anew, not the stored value
     assert "capacity law: linear n80 = " in capsys.readouterr().out
-
-
-def test_the_mixers_state_leaves_the_conv_window_out() -> None:
-    recorded = {"state.mixer_floats_per_layer": 528, "state.floats_per_layer": 720}
-    assert mixer_floats(recorded) == 528
-    older = {"state.floats_per_layer": 720, "backbone.short_conv": 4, "backbone.d_model": 64}
-    assert mixer_floats(older) == 720 - 3 * 64
-    assert mixer_floats({"state.floats_per_layer": 720, "backbone.short_conv": 0}) == 720
-    assert mixer_floats({"state.mixer_floats_per_layer": float("nan"), **older}) == 528

@@ -1,0 +1,55 @@
+"""Each setting's role is declared once (`harness.config.settings`), and the config hash, the
+report's points and the migration of older records all follow it: plumbing and readouts never
+make a run another one, identity always does."""
+
+import pytest
+from omegaconf import OmegaConf, open_dict
+
+from harness.config.hashing import config_hash
+from harness.config.settings import (
+    GROUP_ROLES,
+    IDENTITY,
+    PLUMBING,
+    READOUT,
+    declared,
+    role_of,
+)
+from harness.report.points import varied
+
+NOT_IDENTITY = [k for k, s in declared().items() if s.role != IDENTITY]
+
+
+def test_every_declared_setting_has_one_of_the_three_roles() -> None:
+    assert {s.role for s in declared().values()} == {IDENTITY, PLUMBING, READOUT}
+    assert role_of("capacity.threshold") == READOUT and role_of("threads") == PLUMBING
+    assert role_of("optim.lr") == IDENTITY and role_of("model.head_k_dim") == IDENTITY
+    assert role_of("hydra.sweep.dir") == PLUMBING
+    assert all(role_of(key) == role for key, role in GROUP_ROLES.items())
+
+
+@pytest.mark.parametrize("key", [*NOT_IDENTITY, *GROUP_ROLES])
+def test_plumbing_and_readouts_leave_the_hash_as_it_is(make_cfg, key: str) -> None:
+    cfg = make_cfg(["model=deltanet"])
+    before = config_hash(cfg)
+    with open_dict(cfg):
+        OmegaConf.update(cfg, key, "another value", force_add=True)
+    assert config_hash(cfg) == before
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["optim.lr=0.01", "seed=1", "trainer.max_steps=7", "trainer.precision=64-true",
+     "model.head_k_dim=4", "task.num_kv_pairs=4", "plateau.min_delta=0.02"],
+)  # fmt: skip
+def test_identity_changes_the_hash(make_cfg, override: str) -> None:
+    assert config_hash(make_cfg(["model=deltanet", override])) != config_hash(
+        make_cfg(["model=deltanet"])
+    )
+
+
+def test_plumbing_swept_never_splits_the_report_points() -> None:
+    rows = [
+        {"task": "t", "model": "m", "model.mode": mode, "threads": n, "optim.lr": lr}
+        for mode, n, lr in (("chunk", 1, 0.1), ("recurrent", 2, 0.2))
+    ]
+    assert varied(rows, ["model.mode", "threads", "optim.lr"]) == ["optim.lr"]

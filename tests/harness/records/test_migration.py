@@ -1,0 +1,51 @@
+"""Older records are read in the current layout (`harness.records.migration`): the hash their
+command has now, and the state keys every reader expects; every committed record migrates."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.config.hashing import config_hash
+from harness.records.migration import completed_state, migrated
+from harness.records.record import config_of
+from harness.records.schema import SCHEMA_VERSION
+from harness.records.sweep import records_of
+
+RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
+
+
+def test_an_older_record_migrates_to_the_hash_its_command_has_now(make_cfg) -> None:
+    cfg = make_cfg(["model=deltanet", "threads=1", "model.mode=recurrent"])
+    older = {"status": "ok", "config_hash": "0123456789abcdef", "config": config_of(cfg)}
+    upgraded = migrated(older)
+    assert upgraded["schema_version"] == SCHEMA_VERSION
+    assert upgraded["config_hash"] == config_hash(make_cfg(["model=deltanet"]))
+    assert older["config_hash"] == "0123456789abcdef"  # the record read is left as it was
+    current = {**upgraded, "config_hash": "kept"}
+    assert migrated(current) is current
+    assert migrated({"status": "failed"})["schema_version"] == SCHEMA_VERSION  # no config: kept
+
+
+def test_an_older_state_gets_the_mixers_floats_without_the_conv_window() -> None:
+    zoology = {"short_conv": 4, "d_model": 64, "n_layers": 2}
+    state = completed_state({"floats_per_layer": 720, "rank_bound_per_layer": 16}, zoology)
+    assert state["mixer_floats_per_layer"] == 720 - 3 * 64
+    assert state["conv_floats_per_layer"] == 3 * 64
+    assert state["rank_bound_stack"] == 32
+    no_conv = completed_state({"floats_per_layer": 720}, {"short_conv": 0, "d_model": 64})
+    assert no_conv["mixer_floats_per_layer"] == 720 and no_conv["conv_floats_per_layer"] == 0
+    recorded = {"floats_per_layer": 720, "mixer_floats_per_layer": 528, "rank_bound_stack": 8}
+    assert completed_state(recorded, zoology) == {**recorded, "conv_floats_per_layer": 192}
+
+
+@pytest.mark.parametrize(
+    "folder", sorted({p.parent for p in RESULTS.rglob("summary.jsonl")}), ids=str
+)
+def test_every_committed_record_migrates_and_no_two_jobs_merge(folder: Path) -> None:
+    written = [json.loads(line) for line in (folder / "summary.jsonl").read_text().splitlines()]
+    records = records_of(folder)
+    assert len(records) == len({r["config_hash"] for r in written})  # one record a job, as before
+    assert all(r["schema_version"] == SCHEMA_VERSION for r in records)
+    with_state = [r for r in records if r.get("state")]
+    assert all(r["state"]["mixer_floats_per_layer"] is not None for r in with_state)

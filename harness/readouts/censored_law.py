@@ -229,12 +229,6 @@ def covariance(theta: np.ndarray, d: Design, slope: float | None = None) -> np.n
         return np.full((theta.size, theta.size), math.nan)
 
 
-def standard_errors(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndarray:
-    """The parameters' standard errors (`covariance`); NaN where a variance is not positive."""
-    diagonal = np.diag(covariance(theta, d, slope))
-    return np.where(diagonal > 0, np.sqrt(np.abs(diagonal)), math.nan)
-
-
 @dataclass(frozen=True)
 class LackOfFit:
     """The law's residual scatter against the spread between seeds, on the exact readouts'

@@ -103,8 +103,8 @@ def cell(value: Any) -> str:
 
 LEADING = ("model", "status", "verdict", "test_acc", "std", "seeds", "converged")
 """What a reader looks for first in a row, in this order; the cell's parameters (`model.*`,
-`task.*`, `backbone.*`) right after the model, the readouts (`READOUT`) after the verdict."""
-READOUT = re.compile(r"^n\d")
+`task.*`, `backbone.*`) right after the model, the readouts (`READOUT_COLUMN`) after the verdict."""
+READOUT_COLUMN = re.compile(r"^n\d")
 """A readout's column: `n90`, `n50`, `n90 SE`, ... at the sweep's threshold."""
 TRAILING = ("not_ok", "note", "task")
 """Context read last: the failed-job count, the note (wrapped, not widened), the task."""
@@ -117,7 +117,7 @@ def page_columns(rows: list[dict]) -> list[str]:
     params = [
         c for c in columns if c.split(".", 1)[0] in ("model", "task", "backbone") and "." in c
     ]
-    readouts = [c for c in columns if READOUT.match(c)]  # n90, n50 (n80 at another level)
+    readouts = [c for c in columns if READOUT_COLUMN.match(c)]  # n90, n50 (n80 at another level)
     lead = [c for c in LEADING if c in columns]
     lead = lead[:1] + params + lead[1:3] + readouts + lead[3:]
     tail = [c for c in TRAILING if c in columns and c not in lead]

@@ -194,8 +194,13 @@ def model_rows(laws: dict[str, GridLaws]) -> list[dict]:
         line["a (rank)"] = f"{both.a:.2f}" if both else ""
         line["p (b = 0)"] = f"{law.p_value:.2g}" if law.p_value is not None else ""
         line["runs fitted"] = str(both.n) if both else ""
-        if both and both.lack_of_fit is not None:
-            line["lack of fit"] = f"F = {both.lack_of_fit.f:.2g}, p = {both.lack_of_fit.p:.2g}"
+        if both:
+            lack = both.lack_of_fit
+            line["lack of fit"] = (
+                f"F = {lack.f:.2g}, p = {lack.p:.2g}"
+                if lack
+                else "not testable (at most 3 cells read, or no cell read twice)"
+            )
         out.append(line)
     return out
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig  # noqa: E402
 
 from harness.config.command_line import check_command_line  # noqa: E402
 from harness.config.compose import CONF_DIR  # noqa: E402  (also registers the presets' resolvers)
-from harness.config.help import register_help  # noqa: E402
+from harness.config.help import answer_help, register_help  # noqa: E402
 from harness.records.failures import check_early, hydra_task, sweep_exit_code  # noqa: E402
 
 
@@ -34,6 +34,7 @@ def main(cfg: DictConfig) -> dict:
 
 if __name__ == "__main__":
     check_command_line(sys.argv[1:])
+    answer_help(sys.argv[1:])
     register_help()
     main()
     sys.exit(sweep_exit_code())

@@ -1,6 +1,12 @@
-"""`python run.py --help` (conf/hydra/help/recall.yaml, Hydra's custom help): the presets with
-the first line of each one's description, read from conf/experiment when the page is printed
-(`${presets:}`, a resolver registered by `register_help`; run.py registers it)."""
+"""`python run.py --help`: the page of conf/hydra/help/recall.yaml (also Hydra's custom help,
+`hydra.help`), printed by `print_help` from one composition of the command's config. Hydra's
+own `--help` lists the groups by composing the config once per group (seconds with this many
+state sizes); here they are read from conf/'s folders. The presets carry the first line of
+each one's description (`${presets:}`, a resolver registered by `register_help`)."""
+
+import string
+import sys
+from collections.abc import Sequence
 
 from omegaconf import OmegaConf
 
@@ -36,3 +42,33 @@ def preset_lines(width: int = WIDTH) -> str:
 def register_help() -> None:
     """The `${presets:}` resolver of the help page (idempotent)."""
     OmegaConf.register_new_resolver("presets", preset_lines, replace=True)
+
+
+HELP_FLAGS = ("--help", "-h")
+
+
+def group_lines() -> str:
+    """`group: option, option, ...` for every group of conf/ outside hydra/, sorted."""
+    folders = sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    lines = [f"{f.name}: {', '.join(sorted(p.stem for p in f.glob('*.yaml')))}" for f in folders]
+    return "\n".join(lines)
+
+
+def help_page(overrides: Sequence[str] = ()) -> str:
+    """The help page for a command line's `overrides` (its choices fill "This command
+    selects"): the template of `hydra.help` with `$APP_CONFIG_GROUPS` from conf/'s folders."""
+    from hydra import compose, initialize_config_dir
+
+    register_help()
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    template = string.Template(cfg.hydra.help.template)
+    return template.safe_substitute(APP_CONFIG_GROUPS=group_lines())
+
+
+def answer_help(arguments: Sequence[str]) -> None:
+    """Print the help page and exit 0 where the command line asks for it (`--help`, `-h`)."""
+    if any(a in HELP_FLAGS for a in arguments):
+        overrides = [a for a in arguments if not a.startswith("-")]
+        print(help_page(overrides))
+        sys.exit(0)

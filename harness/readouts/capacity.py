@@ -16,8 +16,10 @@ whatever t is, and `level_name` gives the label) and `n50`:
     - `not_limited`: a_j >= t and every tested load from j up holds t; n(t) is right-censored
       at the largest tested load ("holds every tested load, up to 16");
     - `capacity_limited`: a converged run with a_j >= t in which some larger load falls below
-      t (n(t) read between two tested loads); or a_j < t in a run that learned to bind and
-      converged: its state ran out of room below j, so n(t) < j, a left-censored readout;
+      t (n(t) read between two tested loads; `near_ceiling` where n(t) lies within a quarter
+      of the largest tested load: its readout is then a lower bound, and larger loads would
+      read it); or a_j < t in a run that learned to bind and converged: its state ran out of
+      room below j, so n(t) < j, a left-censored readout;
     - `training_limited`: a run at the floor (`at_floor`, whatever its validation curve did),
       or a run still rising (`still_rising`) that does not hold every tested load: its
       readout is a lower bound, since more steps can only raise it. A still-rising run is never
@@ -51,6 +53,7 @@ VERDICTS = (NOT_LIMITED, CAPACITY_LIMITED, TRAINING_LIMITED)
 
 HOLDS_EVERY_LOAD = "holds_every_load"
 FALLS_WITHIN = "falls_within_tested_loads"
+NEAR_CEILING = "near_ceiling"
 BELOW_JUDGING_LOAD = "below_judging_load"
 FLOOR_AT_JUDGING_LOAD = "at_floor"
 RISING_BELOW_JUDGING_LOAD = "still_rising"
@@ -58,6 +61,8 @@ RISING_PAST_JUDGING_LOAD = "still_rising_lower_bound"
 WHY = {
     HOLDS_EVERY_LOAD: "holds every tested load",
     FALLS_WITHIN: "falls below the threshold within the tested loads",
+    NEAR_CEILING: "falls below the threshold within a quarter of the largest tested load: "
+    "its readout is a lower bound; test larger loads",
     BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
     FLOOR_AT_JUDGING_LOAD: "at the binding-free floor at the judging load",
     RISING_BELOW_JUDGING_LOAD: "still rising, below the threshold at the judging load",
@@ -198,6 +203,8 @@ def judged(
             return NOT_LIMITED, HOLDS_EVERY_LOAD
         if training == STILL_RISING:
             return TRAINING_LIMITED, RISING_PAST_JUDGING_LOAD
+        if load_at(curve, threshold) >= CEILING * max(curve):
+            return CAPACITY_LIMITED, NEAR_CEILING
         return CAPACITY_LIMITED, FALLS_WITHIN
     se = sampling_error(acc, (examples or {}).get(j))
     if math.isnan(acc) or not bound(acc, floors[j], se) or training == AT_FLOOR:

@@ -126,9 +126,17 @@ def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> list[str
     return list(curves)
 
 
+def pinned(law: MixerLaw) -> bool:
+    """Whether the law's b in floats is pinned: its 90% interval lies above 0. A line drawn
+    for an exponent that could be 0 or negative would show a law the runs do not give."""
+    return law.n90 is not None and law.n90.b_low > 0  # NaN (no interval) compares False
+
+
 def draw_fits(ax, laws: dict[str, MixerLaw]) -> None:
-    """Each mixer's n90 law over the state sizes it read."""
+    """Each mixer's n90 law over the state sizes it read, where it is `pinned`."""
     for mixer, law in laws.items():
+        if not pinned(law):
+            continue
         low, high = law.n90.floats_range
         xs = [low * (high / low) ** (i / 50) for i in range(51)]
         ax.plot(
@@ -165,7 +173,8 @@ def law_label(mixer: str, mine: list[CapacityRun], law: MixerLaw | None) -> str:
     if law is not None:
         fit = law.n90
         censored = fit.counts[LEFT] + fit.counts[RIGHT]
-        return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored)"
+        drawn = "" if pinned(law) else "; not pinned (the interval reaches 0): no line"
+        return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored{drawn})"
     fitted = [r for r in mine if r.fitted]
     read = {r.floats for r in fitted if r.n90_censoring is None}
     if not fitted:
@@ -173,7 +182,7 @@ def law_label(mixer: str, mine: list[CapacityRun], law: MixerLaw | None) -> str:
     elif not read:
         why = "censored readouts only"
     else:
-        why = "readouts at one state size" if len(read) < 2 else "too few runs"
+        why = "uncensored readouts at one state size" if len(read) < 2 else "too few runs"
     return f"{mixer}: no fit ({why})"
 
 
@@ -186,7 +195,7 @@ def capacity_legend(
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
     for mixer in mixers:
-        line = "-" if mixer in laws else "none"
+        line = "-" if mixer in laws and pinned(laws[mixer]) else "none"
         label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):

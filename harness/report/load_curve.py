@@ -50,16 +50,20 @@ def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict
 
 
 def readout_label(rows: list[dict]) -> str:
-    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, >=12.4 (...)` for several, the
-    name at the readouts' threshold (`n80`); `>=` where the readout is a lower bound (the
-    largest tested load, or a run still rising), `<` where it lies below the judging load."""
+    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, >=12.4 (...)` for several seeds
+    of one verdict, `n90 <2 (training_limited), 2.16 (capacity_limited)` where their verdicts
+    differ, in seed order, the name at the readouts' threshold (`n80`); `>=` where the readout
+    is a lower bound (within a quarter of the largest tested load, or a run still rising), `<`
+    where it lies below the judging load."""
     readouts = [
-        {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("capacity.")} for r in rows
+        {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("capacity.")}
+        for r in sorted(rows, key=lambda r: sort_key(r.get("seed")))
     ]
     name = level_name(readouts[0].get("threshold") or 0.9) if readouts else "n90"
-    values = ", ".join(shown(r, "n90") for r in readouts)
-    verdicts = ", ".join(sorted({str(r.get("verdict")) for r in readouts}))
-    return f"{name} {values} ({verdicts})"
+    if len({str(r.get("verdict")) for r in readouts}) <= 1:
+        values = ", ".join(shown(r, "n90") for r in readouts)
+        return f"{name} {values} ({readouts[0].get('verdict') if readouts else None})"
+    return f"{name} " + ", ".join(f"{shown(r, 'n90')} ({r.get('verdict')})" for r in readouts)
 
 
 def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:

@@ -173,8 +173,8 @@ def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str
         f"{len(rows)} jobs: {tally(statuses)}"
         + f". Varied: {', '.join(['model', *swept]) if swept else 'model only'}.",
         "Accuracy: mean over the seeds that finished; up to three seeds each is drawn as a "
-        "point, beyond that error bars are their sample standard deviation (n - 1); std is "
-        "blank for one seed.",
+        "point, beyond that their sample standard deviation (n - 1) is drawn (error bars, or a "
+        "band on a load curve); std is blank for one seed.",
     ]
     if lr_grid:
         lrs = sorted({r["optim.lr"] for r in rows if "optim.lr" in r})

@@ -13,6 +13,7 @@ from harness.readouts.capacity import (
     FLOOR_AT_JUDGING_LOAD,
     HOLDS_EVERY_LOAD,
     LEFT,
+    NEAR_CEILING,
     NOT_LIMITED,
     RIGHT,
     RISING_BELOW_JUDGING_LOAD,
@@ -79,6 +80,17 @@ def test_capacity_limited_within_the_tested_loads_has_a_sampling_error():
     assert 8 < record["n90"] < 16 and record["n90_censoring"] is None
     assert 0 < record["n90_se"] < 0.2 * record["n90"] and record["n90_se_log"] > 0
     assert shown(record, "n90", with_error=True).startswith(f"{record['n90']:.3g} ± ")
+
+
+def test_a_fall_within_a_quarter_of_the_largest_load_says_its_readout_is_a_lower_bound():
+    # holds 0.9 to 32 pairs and falls before 64: n90 ~ 55 >= 0.75 x 64, censored at the ceiling
+    acc = curve(1, 1, 0.99, 0.98, 0.98, 0.97, 0.88)
+    record = readout(acc, MQAR_FLOORS, 0.9, "converged", EXAMPLES)
+    assert (record["verdict"], record["why"]) == (CAPACITY_LIMITED, NEAR_CEILING)
+    assert record["n90_censoring"] == RIGHT and shown(record, "n90").startswith(">=")
+    # the same fall below the last quarter reads a value, and says so
+    lower = readout(curve(1, 1, 0.99, 0.95, 0.7, 0.4, 0.2), MQAR_FLOORS, 0.9, "converged")
+    assert lower["why"] == FALLS_WITHIN and lower["n90_censoring"] is None
 
 
 def test_converged_above_the_floor_below_the_threshold_is_left_censored():

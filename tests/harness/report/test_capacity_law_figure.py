@@ -4,6 +4,7 @@ report reads every curve anew, fits every run that is not training_limited (cens
 included), and draws each kind of readout as what it is."""
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -96,6 +97,28 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     assert dashed == {"rank_bound:linear", "rank_bound:softmax"}
     assert "1 training_limited run(s) not drawn" in fig._suptitle.get_text()
     assert ax.get_ylabel().startswith("n90: largest load at accuracy >= 0.9")
+
+
+def test_a_law_whose_interval_reaches_zero_draws_no_line_and_says_why() -> None:
+    runs, rows = runs_of(law_records())
+    laws = capacity_laws(runs, 0.9)
+    loose = replace(laws["linear"], n90=replace(laws["linear"].n90, b_low=-0.5))
+    fig = capacity_figure(runs, rows, {"linear": loose}, 0.9)
+    assert not [line for line in fig.axes[0].lines if line.get_gid() == "fit:linear"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    expected = f"linear: b = {loose.n90.shown()} (11 runs, 7 censored; not pinned (the interval"
+    assert any(label.startswith(expected) for label in labels), labels
+
+
+def test_a_run_judged_by_an_older_rule_is_judged_anew_by_the_last_third_rule() -> None:
+    rising = curve_record("linear", 32, 0, accuracies(law_n90(32, 0)))
+    rising["train"].update(val_curve=[[1000, 0.5], [2000, 0.6], [3000, 0.9]], floor=0.16)
+    flat = curve_record("linear", 32, 1, accuracies(law_n90(32, 1)))
+    flat["train"].update(converged=False, val_curve=[[1000, 0.5], [2000, 0.8], [3000, 0.8]])
+    flat["train"]["floor"] = 0.16
+    rows = reread(clean_rows(pd.DataFrame([flat_row(r) for r in (rising, flat)])), 0.9)
+    assert [r["train.converged"] for r in rows] == [False, True]
+    assert [r["capacity.training"] for r in rows] == ["still_rising", "converged"]
 
 
 def test_another_threshold_names_every_label() -> None:

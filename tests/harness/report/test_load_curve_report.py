@@ -3,7 +3,7 @@ legend, baselines that coincide drawn once."""
 
 from harness.readouts.capacity import accuracy_by_load, baselines_by_load
 from harness.readouts.capacity import load_of as load_param
-from harness.report.load_curve import load_figure
+from harness.report.load_curve import load_figure, readout_label
 from harness.report.points import Point
 
 LOADS = (2, 4, 8, 16, 32, 64)
@@ -63,6 +63,14 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
     # softmax, the reference, is the wide band the other curves can be seen lying on
     lines = {line.get_gid(): line for line in fig.axes[0].lines}
     assert lines["model:softmax"].get_linewidth() > 2 * lines["model:linear"].get_linewidth()
+
+
+def test_seeds_of_different_verdicts_each_carry_their_own_in_seed_order() -> None:
+    low = {n: a / 2 for n, a in LINEAR.items()}
+    rows = [run("linear", LINEAR, "capacity_limited", 8.0, 1), run("linear", low, "x", 2.0, 0)]
+    rows[1]["capacity.verdict"], rows[1]["capacity.n90_censoring"] = "training_limited", "left"
+    assert readout_label(rows) == "n90 <2 (training_limited), 8 (capacity_limited)"
+    assert readout_label(rows[:1] * 2) == "n90 8, 8 (capacity_limited)"
 
 
 def test_no_figure_without_load_curves() -> None:

@@ -14,7 +14,7 @@ from harness.report.figures import MARKED, marked
 from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
 from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
-from harness.report.style import HOLLOW
+from harness.report.style import HOLLOW, KNOWN_MODELS, marker
 from harness.report.sweep_report import draw
 from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
 
@@ -329,3 +329,10 @@ def test_no_model_is_drawn_in_the_baselines_grey() -> None:
     for model in KNOWN_MODELS:
         red, green, blue = to_rgb(colour(model))
         assert model == "softmax" or max(red, green, blue) - min(red, green, blue) > 0.1, model
+
+
+@pytest.mark.parametrize("model", [*KNOWN_MODELS, "gdn+swa", "deltanet+swa", "mamba2+swa"])
+def test_every_model_has_a_marker_with_a_face_that_can_be_drawn_hollow(model: str) -> None:
+    from matplotlib.lines import Line2D
+
+    assert marker(model) in Line2D.filled_markers

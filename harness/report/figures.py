@@ -141,9 +141,11 @@ def accuracy_figure(
             ax.xaxis.set_major_formatter(
                 lambda v, _, notes=ticks: f"{v:g}\n{notes.get(f'{v:g}', '')}"
             )
-        ax.set_xlabel(AXIS_TITLES.get(x, x))
+        ax.set_xlabel(AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+    if len(layout) > 1:  # once under the panels: a long title repeated under each would overlap
+        fig.supxlabel(AXIS_TITLES.get(x, x), fontsize=10)
     placed = [p for p in drawable if any(in_panel(p, *panel) for panel in layout)]
     unplaced = [p for p in points if p not in placed]
     finish(fig, axes, points, title, unplaced, subtitle=subtitle, x=x)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.lines import Line2D
 
 from harness.records.sweep import load_sweep
 from harness.report.points import (
@@ -18,7 +19,7 @@ from harness.report.points import (
     parameter_columns,
     varied,
 )
-from harness.report.style import KNOWN_MODELS, colour, marker
+from harness.report.style import KNOWN_MODELS, MARKERS, STYLED, colour, marker
 from harness.report.sweep_report import draw, report
 from models import MIXERS
 from tests.harness.synthetic import (
@@ -84,7 +85,11 @@ def test_state_frontier_collision_one_line_per_model(tmp_path: Path) -> None:
 def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
     assert sorted(KNOWN_MODELS) == MIXERS.names() and KNOWN_MODELS[0] == "softmax"
     assert len({str(colour(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
-    assert len({marker(m) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
+    # matplotlib has 15 markers with a face (each must be able to be drawn hollow): the first
+    # 15 mixers styled each have their own, and no two mixers share both colour and marker
+    assert set(MARKERS) <= set(Line2D.filled_markers) and len(set(MARKERS)) == 15
+    assert len({marker(m) for m in STYLED[:15]}) == 15
+    assert len({(str(colour(m)), marker(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:

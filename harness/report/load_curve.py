@@ -108,8 +108,9 @@ def load_figure(
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
+    band = any(len(seeds_of(p, rows, point_keys)) > 3 for p in curves)
     subtitle = textwrap.fill(
-        load_curve_subtitle(rows, load, threshold), width=int(fig.get_figwidth() * 13)
+        load_curve_subtitle(rows, load, threshold, band), width=int(fig.get_figwidth() * 13)
     )
     fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
     fig.legend(
@@ -126,19 +127,19 @@ LINE_STYLES = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3))
 """A distinct dash per line of one panel (seven before they repeat)."""
 
 
-def load_curve_subtitle(rows: list[dict], load: str, threshold: float) -> str:
+def load_curve_subtitle(rows: list[dict], load: str, threshold: float, band: bool = False) -> str:
     """What the curves were trained with: the training loads, steps, learning rate, width, and
-    what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`)."""
+    what the marks are (`trained on [4, 64] pairs, 3000 steps, lr 0.003, d_model 64`); the
+    band of one std is named where one is drawn (`band`: a cell of more than three seeds;
+    hollow markers are named in the legend)."""
     mixtures = values_of(rows, "task.mixture")
     if mixtures:
         trained = f"trained on the mixture {' / '.join(mixtures)}"
     else:
         trained = f"trained on {load}={joined(values_of(rows, f'task.{load}')) if rows else '?'}"
-    return (
-        f"{trained}, {budget(rows)}; line: seed mean, "
-        f"points: seeds (hollow: not converged; beyond three, a band of one std); "
-        f"light line: {threshold:g}"
-    )
+    spread = " (beyond three, a band of one std)" if band else ""
+    marks = f"line: seed mean, points: seeds{spread}; light line: {threshold:g}"
+    return f"{trained}, {budget(rows)}; {marks}"
 
 
 def draw_curve(

@@ -139,6 +139,8 @@ def test_a_mixture_is_what_the_subtitle_says_was_trained() -> None:
     assert load_curve_subtitle(
         [flat_row({"task_params": {"num_kv_pairs": [4, 64]}})], "num_kv_pairs", 0.9
     ).startswith("trained on num_kv_pairs=[4, 64],")
+    assert "a band of one std" not in load_curve_subtitle([row], "num_kv_pairs", 0.9)
+    assert "a band of one std" in load_curve_subtitle([row], "num_kv_pairs", 0.9, band=True)
 
 
 def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay_marked():

@@ -255,7 +255,11 @@ def capacity_figure(
     capacity_legend(fig, runs, laws, mixers, bounds)
     name = level_name(threshold)
     left_out = len(runs) - len(kept)
-    note = f"; {left_out} training_limited run(s) not drawn" if left_out else ""
+    note = (
+        f"; {left_out} training_limited run(s) at the floor or below the judging load not drawn"
+        if left_out
+        else ""
+    )
     if laws:
         title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
         subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit){note}"

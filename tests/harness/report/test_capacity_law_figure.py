@@ -95,7 +95,8 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     assert "softmax's KV cache: R = layers x T tokens (dashed)" in labels
     dashed = {line.get_gid() for line in ax.lines if str(line.get_gid()).startswith("rank_")}
     assert dashed == {"rank_bound:linear", "rank_bound:softmax"}
-    assert "1 training_limited run(s) not drawn" in fig._suptitle.get_text()
+    title = fig._suptitle.get_text()
+    assert "1 training_limited run(s) at the floor or below the judging load not drawn" in title
     assert ax.get_ylabel().startswith("n90: largest load at accuracy >= 0.9")
 
 

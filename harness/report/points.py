@@ -207,23 +207,31 @@ def why_not_ok(rows: list[dict]) -> str:
 
 
 def aggregate(rows: list[dict], point_keys: list[str]) -> list[Point]:
-    """Points: rows grouped by task, model and `point_keys`; the learning rate chosen by mean
-    validation accuracy over the ok seeds; test accuracy averaged over those seeds."""
-    groups: dict[tuple, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        key = (row.get("task"), row.get("model"), *(as_key(row.get(c)) for c in point_keys))
-        groups[key][as_key(row.get("optim.lr"))].append(row)
-    return [make_point(by_lr, point_keys) for by_lr in groups.values()]
+    """Points: rows grouped by task, model and `point_keys` (pandas `groupby` on the cells'
+    `as_key` forms, lists included); of a point's learning rates, the one whose ok seeds
+    have the best mean validation accuracy (`idxmax`; every attempt where no seed is ok);
+    test accuracy averaged over that rate's ok seeds (`make_point`)."""
+    if not rows:
+        return []
+    frame = pd.DataFrame(rows)
+    keys = ["task", "model", *point_keys]
+    cells = frame.reindex(columns=[*keys, "optim.lr"]).map(as_key)
+    frame["_point"] = cells[keys].agg("|".join, axis=1)
+    frame["_lr"] = cells["optim.lr"]
+    validation = frame.reindex(columns=["val/acc"])["val/acc"].astype(float)
+    frame["_ok_val"] = validation.where(frame.reindex(columns=["status"])["status"] == OK)
+    score = frame.groupby(["_point", "_lr"], sort=False)["_ok_val"].mean()
+    points = []
+    for point, group in frame.groupby("_point", sort=False):
+        scores = score.loc[point]
+        if scores.notna().any():
+            group = group[group["_lr"] == scores.idxmax()]
+        points.append(make_point([rows[i] for i in group.index], point_keys))
+    return points
 
 
-def make_point(by_lr: dict[str, list[dict]], point_keys: list[str]) -> Point:
-    def validation(group: list[dict]) -> float:
-        val, _ = mean_std([r.get("val/acc") for r in group if r.get("status") == OK])
-        return -1.0 if val is None else val
-
-    group = max(by_lr.values(), key=validation)
-    if validation(group) < 0:  # nothing ok at any learning rate: show every attempt
-        group = [r for g in by_lr.values() for r in g]
+def make_point(group: list[dict], point_keys: list[str]) -> Point:
+    """The point of one learning rate's rows (`aggregate`)."""
     ok = [r for r in group if r.get("status") == OK]
     first = group[0]
     point = Point(first.get("task"), first.get("model"), {k: first.get(k) for k in point_keys})

@@ -1,5 +1,5 @@
 """`python run.py --help`: the page of conf/hydra/help/recall.yaml (also Hydra's custom help,
-`hydra.help`), printed by `print_help` from one composition of the command's config. Hydra's
+`hydra.help`), printed by `answer_help` from one composition of the command's config. Hydra's
 own `--help` lists the groups by composing the config once per group (seconds with this many
 state sizes); here they are read from conf/'s folders. The presets carry the first line of
 each one's description (`${presets:}`, a resolver registered by `register_help`)."""
@@ -48,10 +48,11 @@ HELP_FLAGS = ("--help", "-h")
 
 
 def group_lines() -> str:
-    """`group: option, option, ...` for every group of conf/ outside hydra/, sorted."""
-    folders = sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra")
-    lines = [f"{f.name}: {', '.join(sorted(p.stem for p in f.glob('*.yaml')))}" for f in folders]
-    return "\n".join(lines)
+    """`group: option, option, ...` for every group of conf/ outside hydra/, sorted
+    (`harness.config.command_line.group_options`)."""
+    from harness.config.command_line import group_options
+
+    return "\n".join(f"{group}: {', '.join(options)}" for group, options in group_options().items())
 
 
 def help_page(overrides: Sequence[str] = ()) -> str:

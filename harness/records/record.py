@@ -86,6 +86,11 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
     }
 
 
+KV_CACHES = {"softmax": "layers x T tokens", "sliding_window": "layers x min(T, window) tokens"}
+"""The mixers whose state is a KV cache, and what their rank bound counts: the tokens kept
+(`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings."""
+
+
 def model_label(record: dict) -> str:
     """The model as run names and the report call it: its mixer, or a hybrid named by its
     layers (`gdn+softmax`, `models.stack.hybrid_label`)."""

@@ -23,6 +23,7 @@ from matplotlib.markers import CARETDOWN, CARETUP
 
 from harness.readouts.capacity import LEFT, RIGHT, level_name
 from harness.readouts.convergence import CONVERGED
+from harness.records.record import KV_CACHES
 from harness.report.budget import budget
 from harness.report.capacity_law import MixerLaw
 from harness.report.capacity_runs import CapacityRun
@@ -90,11 +91,6 @@ def any_hybrid(mixers) -> bool:
     """Whether some of `mixers` is a hybrid (`models.stack.hybrid_label`: `gdn+softmax`), whose
     state and rank bound per layer are its layers' mean (`state.*_per_layer`)."""
     return any(HYBRID_JOIN in mixer for mixer in mixers)
-
-
-KV_CACHES = {"softmax": "layers x T tokens", "sliding_window": "layers x min(T, window) tokens"}
-"""The mixers whose state is a KV cache, and what their rank bound counts: the tokens kept
-(`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings."""
 
 
 def kv_cache_counts(mixer: str) -> str | None:

@@ -21,7 +21,7 @@ from harness.readouts.capacity import (
     shown,
 )
 from harness.readouts.convergence import MIN_DELTA, left_floor, under_floor
-from harness.records.record import model_label
+from harness.records.record import KV_CACHES, model_label
 from harness.records.schema import OK, status_of
 
 KNOWN_WARNINGS = (
@@ -156,13 +156,18 @@ def capacity_text(capacity: dict | None) -> str:
 
 def state_text(state: dict) -> str:
     """`state 4,160 floats/layer (+192 conv)`: the mixer's state per layer (softmax's is a
-    KV cache), the short convolutions' windows named apart; empty without a state."""
+    KV cache, `KV_CACHES`; a state that grows with T at this T says so), the short
+    convolutions' windows named apart; empty without a state."""
     floats = state.get("mixer_floats_per_layer", state.get("floats_per_layer"))
     if floats is None:
         return ""
-    kind = "KV cache" if state.get("grows_with_seq_len") else "state"
+    layers = state.get("layers") or []
+    kv_cache = bool(layers) and all(layer.get("mixer") in KV_CACHES for layer in layers)
+    grows = state.get("grows_with_seq_len") and not kv_cache
+    text = f"{'KV cache' if kv_cache else 'state'} {floats:,.0f} floats/layer"
+    text += " (grows with T)" if grows else ""
     conv = state.get("conv_floats_per_layer")
-    return f"{kind} {floats:,.0f} floats/layer" + (f" (+{conv:,.0f} conv)" if conv else "")
+    return text + (f" (+{conv:,.0f} conv)" if conv else "")
 
 
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:

@@ -134,8 +134,15 @@ def test_job_line_of_a_diverged_job_gives_the_reason() -> None:
 
 def test_a_kv_cache_is_named_and_a_state_without_conv_has_no_conv_part() -> None:
     kv = {"mixer_floats_per_layer": 8192, "conv_floats_per_layer": 0, "grows_with_seq_len": True}
+    kv["layers"] = [{"mixer": "softmax"}, {"mixer": "softmax"}]
     assert state_text(kv) == "KV cache 8,192 floats/layer"
     assert state_text({}) == ""
+
+
+def test_a_state_that_grows_with_t_but_is_no_kv_cache_says_it_grows() -> None:
+    tree = {"mixer_floats_per_layer": 28672, "conv_floats_per_layer": 576}
+    tree |= {"grows_with_seq_len": True, "layers": [{"mixer": "log_linear_mamba2"}]}
+    assert state_text(tree) == "state 28,672 floats/layer (grows with T) (+576 conv)"
 
 
 def test_known_warnings_and_banners_are_silenced() -> None:

@@ -86,9 +86,11 @@ def state_record(model: torch.nn.Module, seq_len: int) -> dict:
     }
 
 
-KV_CACHES = {"softmax": "layers x T tokens", "sliding_window": "layers x min(T, window) tokens"}
+KV_CACHES = {"softmax": "T tokens", "sliding_window": "min(T, window) tokens"}
 """The mixers whose state is a KV cache, and what their rank bound counts: the tokens kept
-(`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings."""
+(`rank_bound` in `models/mixers/softmax.py`, `sliding_window.py`), not H x D bindings. Every
+layer of a stack caches the same tokens, so a stack of them holds one layer's bound, not the
+layers' sum."""
 
 
 def model_label(record: dict) -> str:

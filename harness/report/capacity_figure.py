@@ -13,7 +13,8 @@ judging load where the state ran out of room below it; hollow where the run had 
 verdict section lists them)."""
 
 import math
-from collections import defaultdict
+import textwrap
+from collections import Counter, defaultdict
 
 import matplotlib.pyplot as plt
 from matplotlib import ticker
@@ -164,22 +165,55 @@ def draw_runs(ax, runs: list[CapacityRun]) -> None:
         draw_run(ax, run, x)
 
 
-def law_label(mixer: str, mine: list[CapacityRun], law: MixerLaw | None) -> str:
-    """The mixer's legend entry: its fit (b, interval, runs, censored runs), or why none."""
+def no_fit_reason(mine: list[CapacityRun]) -> str:
+    """Why a mixer's runs give no law."""
+    fitted = [r for r in mine if r.fitted]
+    read = {r.floats for r in fitted if r.n90_censoring is None}
+    if not fitted:
+        return "every run training_limited"
+    if not read:
+        return "censored readouts only"
+    return "uncensored readouts at one state size" if len(read) < 2 else "too few runs"
+
+
+SHARED_REASON = 3
+"""Where this many mixers or more share a reason for no fit, every mixer's reason is written
+under the title (`no_fit_note`) and its legend entry gives its name alone."""
+
+
+def law_label(mixer: str, law: MixerLaw | None, why: str) -> str:
+    """The mixer's legend entry: its fit (b, interval, runs, censored runs), or why none (`why`;
+    empty where the subtitle says it)."""
     if law is not None:
         fit = law.n90
         censored = fit.counts[LEFT] + fit.counts[RIGHT]
         drawn = "" if pinned(law) else "; not pinned (the interval reaches 0): no line"
         return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored{drawn})"
-    fitted = [r for r in mine if r.fitted]
-    read = {r.floats for r in fitted if r.n90_censoring is None}
-    if not fitted:
-        why = "every run training_limited"
-    elif not read:
-        why = "censored readouts only"
-    else:
-        why = "uncensored readouts at one state size" if len(read) < 2 else "too few runs"
-    return f"{mixer}: no fit ({why})"
+    return f"{mixer}: no fit ({why})" if why else mixer
+
+
+def no_fit_reasons(runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str]) -> dict:
+    """{mixer: why it has no law} of the mixers without one."""
+    return {m: no_fit_reason([r for r in runs if r.mixer == m]) for m in mixers if m not in laws}
+
+
+def no_fit_note(reasons: dict[str, str]) -> str:
+    """Every mixer's reason for no fit, in one line for the subtitle, when `SHARED_REASON` or
+    more share one (`no fit for the mixers named alone: censored readouts only; gdn+gdn: ...`);
+    empty otherwise, each legend entry then giving its own."""
+    counts = Counter(reasons.values()).most_common()
+    if not counts or counts[0][1] < SHARED_REASON:
+        return ""
+    others = [f"{m}: {why}" for m, why in reasons.items() if why != counts[0][0]]
+    return "; ".join([f"no fit for the mixers named alone: {counts[0][0]}", *others])
+
+
+def legend_columns(handles: list[Line2D]) -> int:
+    """3 where the entries of the first two columns (filled down, the mixers first) are short
+    enough for a third beside them; else 2."""
+    rows = -(-len(handles) // 3)
+    first_two = [h.get_label() for h in handles[: 2 * rows]]
+    return 3 if len(handles) > 9 and max(map(len, first_two)) <= 32 else 2
 
 
 def capacity_legend(
@@ -190,9 +224,12 @@ def capacity_legend(
     mean."""
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
+    reasons = no_fit_reasons(runs, laws, mixers)
+    in_subtitle = bool(no_fit_note(reasons))
     for mixer in mixers:
         line = "-" if mixer in laws and pinned(laws[mixer]) else "none"
-        label = law_label(mixer, [r for r in runs if r.mixer == mixer], laws.get(mixer))
+        why = "" if in_subtitle else reasons.get(mixer, "")
+        label = law_label(mixer, laws.get(mixer), why)
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
@@ -209,7 +246,8 @@ def capacity_legend(
         handles.append(legend_entry(label, marker=CARETDOWN))
     if any(r.training != CONVERGED for r in shown):
         handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
-    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8)
+    columns = legend_columns(handles)
+    fig.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize=8)
 
 
 def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
@@ -229,6 +267,10 @@ def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
     what = AXIS_TITLES.get(f"task.{load}", load or "load")
     name = level_name(threshold)
     ax.set_ylabel(f"{name}: largest load at accuracy >= {threshold:g}\n({what})")
+
+
+SUBTITLE_WIDTH = 120
+"""Characters a line of the subtitle holds: the axes' width at its font size."""
 
 
 def capacity_figure(
@@ -256,11 +298,13 @@ def capacity_figure(
         if left_out
         else ""
     )
+    no_fit = no_fit_note(no_fit_reasons(runs, laws, mixers))
     if laws:
         title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
-        subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit){note}"
+        subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit)"
     else:
         title = f"Capacity against state: {name} per run (no law fitted)"
-        subtitle = f"{budget(rows)}{note}"
+        subtitle = budget(rows)
+    subtitle = textwrap.fill("; ".join(filter(None, [subtitle + note, no_fit])), SUBTITLE_WIDTH)
     fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
     return fig

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from harness.readouts.capacity import LEFT, RIGHT, RISING_PAST_JUDGING_LOAD, TRAINING_LIMITED
 from harness.readouts.censored_law import EXACT, Observation
+from harness.records.record import KV_CACHES
 from harness.records.schema import OK
 from harness.report.load_curve import seeds_of
 from harness.report.points import Point, state_value
@@ -69,6 +70,12 @@ class CapacityRun:
         return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
 
 
+def bound_of(name: str) -> str:
+    """The state field that bounds a mixer's stack: the layers' sum (`rank_bound_stack`), or
+    for a KV cache, whose layers all cache the same tokens, one layer's (`KV_CACHES`)."""
+    return "rank_bound_per_layer" if name.split(" ", 1)[0] in KV_CACHES else "rank_bound_stack"
+
+
 def run_of(name: str, seed: dict) -> CapacityRun | None:
     """One seed's row as a run; None without a verdict or a state size."""
     floats = state_value(seed, "mixer_floats_per_layer")
@@ -79,7 +86,7 @@ def run_of(name: str, seed: dict) -> CapacityRun | None:
         mixer=name,
         floats=floats,
         verdict=seed.get("capacity.verdict"),
-        rank_bound=state_value(seed, "rank_bound_stack"),
+        rank_bound=state_value(seed, bound_of(name)),
         why=seed.get("capacity.why"),
         training=seed.get("capacity.training"),
         seed=seed.get("seed"),

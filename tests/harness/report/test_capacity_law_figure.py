@@ -12,7 +12,7 @@ import pytest
 
 from harness.readouts.censored_law import fit_censored_law
 from harness.records.sweep import flat_row
-from harness.report.capacity_figure import capacity_figure
+from harness.report.capacity_figure import capacity_figure, law_label, no_fit_note
 from harness.report.capacity_law import capacity_laws, observations
 from harness.report.capacity_runs import capacity_runs
 from harness.report.points import aggregate, clean_rows
@@ -92,10 +92,10 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     assert any(label.startswith("hollow: not converged") for label in labels)
     # linear's dashed line is its rank bound; softmax's, a KV cache, the tokens it keeps
     assert "the stack's rank bound R = layers x H x D (dashed)" in labels
-    assert "softmax's KV cache: R = layers x T tokens (dashed)" in labels
+    assert "softmax's KV cache: R = T tokens (dashed)" in labels
     dashed = {line.get_gid() for line in ax.lines if str(line.get_gid()).startswith("rank_")}
     assert dashed == {"rank_bound:linear", "rank_bound:softmax"}
-    title = fig._suptitle.get_text()
+    title = " ".join(fig._suptitle.get_text().split())  # the subtitle wraps
     assert "1 training_limited run(s) at the floor or below the judging load not drawn" in title
     assert ax.get_ylabel().startswith("n90: largest load at accuracy >= 0.9")
 
@@ -120,6 +120,18 @@ def test_a_run_judged_by_an_older_rule_is_judged_anew_by_the_last_third_rule() -
     rows = reread(clean_rows(pd.DataFrame([flat_row(r) for r in (rising, flat)])), 0.9)
     assert [r["train.converged"] for r in rows] == [False, True]
     assert [r["capacity.training"] for r in rows] == ["still_rising", "converged"]
+
+
+def test_a_reason_for_no_fit_that_three_mixers_share_is_written_once_with_the_others() -> None:
+    censored = "censored readouts only"
+    reasons = {"gdn+gdn": censored, "gla+gla": censored, "gla+swa": censored}
+    assert no_fit_note({**reasons, "mamba2+mamba2": "every run training_limited"}) == (
+        "no fit for the mixers named alone: censored readouts only; "
+        "mamba2+mamba2: every run training_limited"
+    )
+    assert no_fit_note({"gdn+gdn": censored, "gla+gla": censored}) == ""  # each entry says it
+    assert law_label("gdn+gdn", None, "") == "gdn+gdn"
+    assert law_label("gdn+gdn", None, censored) == "gdn+gdn: no fit (censored readouts only)"
 
 
 def test_another_threshold_names_every_label() -> None:
@@ -158,7 +170,7 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     shown = shown[shown.index("<p class='caption'>") : shown.index("</p>")]
     assert "The line is the power law n90 = a * floats^b fitted by censored" in shown
     assert "No law was fitted" not in shown and "{fit}" not in shown
-    assert "for softmax, whose state is its KV cache, the tokens it keeps" in shown
+    assert "for softmax, whose state is its KV cache, the T tokens it keeps" in shown
     printed = capsys.readouterr().out
     assert "capacity law: linear n90 = " in printed and "b in R = " in printed
     assert "Cell linear d_model=16, 3 seeds (0, 1, 2): n90 <2; <2; <2; 3 " in printed

@@ -16,9 +16,13 @@ specification) and the chunk form's speed-up over it, the chunk cells stepped ag
 with the step loops (`--recurrent-reps` steps each, so that the ratio is of one stretch of
 machine load); with `--floor`, also the model whose
 recurrence is a zero-cost stand-in (`STAND_INS`, `stand_in`): the speed-up over the step loop
-that no chunk form of that recurrence can pass, the rest of the model's cost."""
+that no chunk form of that recurrence can pass, the rest of the model's cost. With `--layer`,
+each cell is the mixer alone as the model builds it (d_model 64, its projections, convs, norms
+and gates), a step forward and backward of the sum of its output's squares over random
+inputs: the chunk form against the step loop without the rest of the model."""
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -31,11 +35,15 @@ import torch.nn.functional as F
 from harness.config.compose import compose_config
 from harness.config.hashing import params_of
 from models.backbone import LanguageModel
-from models.registry import REFERENCE
+from models.registry import REFERENCE, build_mixer
 from studies.threads import torch_threads
 
 DEFAULT_MIXERS = ("kda", "rwkv7", "gated_deltaproduct", "log_linear_mamba2")
-STAND_INS = {"kda": "models.mixers.kda.kda_rule", "rwkv7": "models.mixers.rwkv7.gated_dplr"}
+STAND_INS = {
+    "kda": "models.mixers.kda.kda_rule",
+    "rwkv7": "models.mixers.rwkv7.gated_dplr",
+    "gated_deltaproduct": "models.mixers.gated_deltaproduct.gated_delta_rule",
+}
 """The recurrence each mixer calls, by its import in the mixer's module (`--floor`)."""
 
 
@@ -51,9 +59,9 @@ class Cell:
     """One model at one T: its fixed batch and measured step times."""
 
     label: str
-    model: LanguageModel
+    model: torch.nn.Module
     tokens: torch.Tensor
-    labels: torch.Tensor
+    labels: torch.Tensor | None  # None: a mixer alone, whose loss is its output's squares
     times: list[float] = field(default_factory=list)
     patch: str | None = None  # a recurrence replaced by `stand_in` while this cell steps
 
@@ -65,8 +73,10 @@ class Cell:
 
     def _step(self) -> None:
         self.model.zero_grad(set_to_none=True)
-        logits = self.model(self.tokens)
-        F.cross_entropy(logits.flatten(0, 1), self.labels.flatten()).backward()
+        out = self.model(self.tokens)
+        if self.labels is None:
+            return out.square().sum().backward()
+        F.cross_entropy(out.flatten(0, 1), self.labels.flatten()).backward()
 
     def timed_step(self, clock: Callable[[], float]) -> None:
         t0 = clock()
@@ -74,23 +84,35 @@ class Cell:
         self.times.append(clock() - t0)
 
     def tokens_per_s(self) -> float:
-        return self.tokens.numel() / statistics.median(self.times)
+        return self.tokens.shape[0] * self.tokens.shape[1] / statistics.median(self.times)
 
 
-def make_cell(name: str, T: int, batch: int, mode: str | None = None, floor: bool = False) -> Cell:
+def make_cell(
+    name: str,
+    T: int,
+    batch: int,
+    mode: str | None = None,
+    floor: bool = False,
+    layer: bool = False,
+) -> Cell:
     """The default language model with mixer `name` (mode overridden if given; with `floor`
     its recurrence replaced by `stand_in`), seed 0, and a batch of random tokens (every
-    position labelled)."""
+    position labelled); with `layer`, the mixer alone on random inputs of width d_model."""
     cfg = compose_config([f"model={name}", "logger=none"])
     params = params_of(cfg.model)
     if mode is not None:
         params["mode"] = mode
     torch.manual_seed(0)
-    model = LanguageModel(cfg.task.vocab_size, T, cfg.model.name, params, **cfg.backbone).train()
     g = torch.Generator().manual_seed(T)
-    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
     label = name if mode is None else f"{name} ({mode})"
     patch = STAND_INS[name] if floor else None
+    if layer:
+        d_model = cfg.backbone.d_model
+        mixer = build_mixer(cfg.model.name, d_model=d_model, **params).train()
+        x = torch.randn(batch, T, d_model, generator=g, requires_grad=True)
+        return Cell(label, mixer, x, None, patch=patch)
+    model = LanguageModel(cfg.task.vocab_size, T, cfg.model.name, params, **cfg.backbone).train()
+    tokens = torch.randint(0, cfg.task.vocab_size, (batch, T + 1), generator=g)
     return Cell(label, model, tokens[:, :-1], tokens[:, 1:], patch=patch)
 
 
@@ -117,14 +139,18 @@ def main() -> None:
         action="store_true",
         help="also each mixer of STAND_INS with its recurrence a zero-cost stand-in",
     )
+    parser.add_argument(
+        "--layer", action="store_true", help="time the mixer alone, not the language model"
+    )
     args = parser.parse_args()
+    build = functools.partial(make_cell, batch=args.batch, layer=args.layer)
     mixers = [m for m in args.mixers.split(",") if m]
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.clock == "cpu" and args.threads != 1:
         parser.error("--clock cpu counts one thread's time: use --threads 1")
     with torch_threads(args.threads):
         for T in map(int, args.seq_lens.split(",")):
-            cells = [make_cell(name, T, args.batch) for name in [REFERENCE, *mixers]]
+            cells = [build(name, T) for name in [REFERENCE, *mixers]]
             time_cells(cells, args.reps, clock)
             reference = cells[0].tokens_per_s()
             print(f"\nT = {T}, batch {args.batch}, {args.reps} steps each ({args.clock} clock)")
@@ -135,9 +161,9 @@ def main() -> None:
                 print(f"| {cell.label} | {rate:,.0f} | {rate / reference:.2f} |", flush=True)
             if args.recurrent_at != T:
                 continue
-            loops = [make_cell(name, T, args.batch, mode="recurrent") for name in mixers]
+            loops = [build(name, T, mode="recurrent") for name in mixers]
             floored = [name for name in mixers if args.floor and name in STAND_INS]
-            floors = {name: make_cell(name, T, args.batch, floor=True) for name in floored}
+            floors = {name: build(name, T, floor=True) for name in floored}
             for cell in cells[1:]:
                 cell.times.clear()
             time_cells(cells[1:] + loops + list(floors.values()), args.recurrent_reps, clock)

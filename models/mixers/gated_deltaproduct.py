@@ -43,7 +43,8 @@ class GatedDeltaProduct(KeyValueStateMixer):
     fused_recurrent path): the gate on each token's first sub-step, 0 on the others, the query
     on its last, zero on the others, whose outputs are dropped; its step loop is the
     specification and its chunk form (chunks of `chunk_size` tokens, n times as many
-    sub-steps) the fast one.
+    sub-steps) the fast one: 16 tokens a chunk ran 1.3x as fast as 64 on one CPU thread at
+    T = 1,024 (docs/performance.md, "The current mixers").
 
     fla's weights map onto these: q_proj, k_proj, v_proj stacked in that order as `qkv`;
     q_conv1d, k_conv1d, v_conv1d stacked as `conv.conv`; b_proj -> `beta`; a_proj ->
@@ -72,7 +73,7 @@ class GatedDeltaProduct(KeyValueStateMixer):
         allow_neg_eigval: bool = True,
         conv_size: int = 4,
         mode: str = "chunk",
-        chunk_size: int = 64,
+        chunk_size: int = 16,
     ) -> None:
         super().__init__()
         self.head_k_dim, self.head_v_dim = head_dims(d_model, n_heads, head_k_dim, expand_v)

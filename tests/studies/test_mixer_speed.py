@@ -26,3 +26,19 @@ def test_stand_ins_name_the_recurrences_the_mixers_call() -> None:
             cell.step()
         assert spy.call_count == 2  # one per layer of the default backbone
         assert getattr(importlib.import_module(module), attribute) is recurrence
+
+
+def test_a_layer_cell_steps_the_mixer_alone_and_its_modes_agree() -> None:
+    """`--layer`: the mixer as the model builds it, on random inputs; its chunk form and step
+    loop compute one function, so one step gives both the same gradients."""
+    chunk = make_cell("kda", 20, 2, layer=True)
+    loop = make_cell("kda", 20, 2, mode="recurrent", layer=True)
+    assert chunk.labels is None and chunk.tokens.shape == (2, 20, 64)
+    chunk.times = [0.5]
+    assert chunk.tokens_per_s() == 80  # 2 x 20 tokens, not the inputs' 2 x 20 x 64 numbers
+    chunk.step()
+    loop.step()
+    pairs = zip(chunk.model.parameters(), loop.model.parameters(), strict=True)
+    grads = [(a.grad, b.grad) for a, b in pairs]
+    assert all(a is not None for a, _ in grads)
+    assert all(torch.allclose(a, b, rtol=1e-3, atol=1e-4) for a, b in grads)

@@ -233,6 +233,8 @@ def capacity_legend(
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
+        if any(m.startswith("log_linear") for m in bounds):
+            mean += "; log-linear: x its levels at T"
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(legend_entry(label, linestyle=(0, (4, 3))))
     for mixer in bounds:

@@ -28,17 +28,26 @@ STYLE_ORDER = (
 """The order in which mixers were given their colour and marker: a mixer registered later is
 appended (here, else after these by name), so that no mixer's style moves when one is added."""
 STYLED = (*STYLE_ORDER, *(name for name in KNOWN_MODELS if name not in STYLE_ORDER))
-MARKERS = "osDpX*8Phd^>v<Hsp"
+MARKERS = "osDpX*^Phd>v<8Hsp"
 """One marker per registered mixer in `STYLED` order: matplotlib's 15 filled markers, then
 two of them again for mixers rarely drawn beside the first to have them (rwkv7 shares based's
 square, log_linear_mamba2 favor's pentagon; their colours differ). Every marker has a face, so
-that a hollow one can mark a run that had not converged. The mixers a capacity law can fit
-(deltanet, gated_deltanet, gla, linear, mamba2, retnet, kda, rwkv7, ...) get no triangle,
-since the capacity figure draws its censored readouts as arrows with triangle heads."""
-GREYS = (plt.cm.tab10.colors[7], plt.cm.tab20.colors[15])
-PALETTE = tuple(c for c in (*plt.cm.tab10.colors, *plt.cm.tab20.colors[1::2]) if c not in GREYS)
-"""The registered mixers' colours (softmax is black): tab10, then tab20's light shades, their
-greys left out (grey is the binding-free baselines')."""
+that a hollow one can mark a run that had not converged. The four triangles go to the mixers
+least often in a capacity law (identity, rff, rwkv, sliding_window), since the capacity figure
+draws its censored readouts as arrows with triangle heads."""
+GREYS = (plt.cm.tab10.colors[7],)
+LATER = (
+    *plt.cm.tab20b.colors[16:7:-4],
+    (0.0, 0.5, 0.5),
+    plt.cm.tab20b.colors[0],
+    plt.cm.tab20b.colors[4],
+    (0.78, 0.08, 0.52),
+)
+PALETTE = (*(c for c in plt.cm.tab10.colors if c not in GREYS), *LATER)
+"""The registered mixers' colours (softmax is black): tab10, its grey left out (grey is the
+binding-free baselines'), then dark colours unlike tab10's for the mixers styled later
+(`LATER`, in `STYLED` order from rff: tab20b's dark purple, red and ochre; teal, navy, olive,
+violet-red), so that the gated family's new members are told apart on one figure."""
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
     "task.num_kv_pairs": "key-value pairs per example",

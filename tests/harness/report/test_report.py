@@ -90,6 +90,9 @@ def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
     assert set(MARKERS) <= set(Line2D.filled_markers) and len(set(MARKERS)) == 15
     assert len({marker(m) for m in STYLED[:15]}) == 15
     assert len({(str(colour(m)), marker(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
+    # the capacity figure's censored readouts are arrows with triangle heads
+    triangled = {m for m in KNOWN_MODELS if marker(m) in "^>v<"}
+    assert triangled == {"identity", "rff", "rwkv", "sliding_window"}
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:

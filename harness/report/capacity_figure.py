@@ -217,19 +217,22 @@ def legend_columns(handles: list[Line2D]) -> int:
 
 
 def capacity_legend(
-    fig, runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str], bounds: list[str]
+    fig,
+    runs: list[CapacityRun],
+    laws: dict[str, MixerLaw],
+    mixers: list[str],
+    bounds: list[str],
+    reasons: dict[str, str],
 ) -> None:
-    """A mixer's entry each, then what the dashes (`bounds`: the mixers whose rank bound is
-    drawn; a KV cache's, in its colour, as the tokens it keeps), arrows and hollow markers
-    mean."""
+    """A mixer's entry each (its law, or its reason for none from `reasons`; a mixer not in
+    `reasons` and without a law is named alone, its reason under the title), then what the
+    dashes (`bounds`: the mixers whose rank bound is drawn; a KV cache's, in its colour, as
+    the tokens it keeps), arrows and hollow markers mean."""
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
-    reasons = no_fit_reasons(runs, laws, mixers)
-    in_subtitle = bool(no_fit_note(reasons))
     for mixer in mixers:
         line = "-" if mixer in laws and pinned(laws[mixer]) else "none"
-        why = "" if in_subtitle else reasons.get(mixer, "")
-        label = law_label(mixer, laws.get(mixer), why)
+        label = law_label(mixer, laws.get(mixer), reasons.get(mixer, ""))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
@@ -292,7 +295,9 @@ def capacity_figure(
     draw_runs(ax, kept)
     bounds = draw_rank_bounds(ax, runs, mixers)
     capacity_axes(ax, runs, threshold)
-    capacity_legend(fig, runs, laws, mixers, bounds)
+    reasons = no_fit_reasons(runs, laws, mixers)
+    no_fit = no_fit_note(reasons)
+    capacity_legend(fig, runs, laws, mixers, bounds, {} if no_fit else reasons)
     name = level_name(threshold)
     left_out = len(runs) - len(kept)
     note = (
@@ -300,7 +305,6 @@ def capacity_figure(
         if left_out
         else ""
     )
-    no_fit = no_fit_note(no_fit_reasons(runs, laws, mixers))
     if laws:
         title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
         subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit)"

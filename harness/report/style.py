@@ -91,9 +91,19 @@ def model_order(model: str) -> tuple:
     return (KNOWN_MODELS.index(model) if model in KNOWN_MODELS else len(KNOWN_MODELS), model)
 
 
+TRIANGLES = "^>v<"
+"""The markers a capacity figure's censoring arrows resemble."""
+VARIANT_MARKERS = "".join(dict.fromkeys(m for m in MARKERS if m not in TRIANGLES))
+"""The markers of names outside the registry (a hybrid, a model's variant): no triangle, since
+any of them may sit in a capacity figure."""
+
+
 def marker(model: str) -> str:
-    index = STYLED.index(model) if model in KNOWN_MODELS else sum(map(ord, model))
-    return MARKERS[index % len(MARKERS)]
+    """The model's marker: its own (`MARKERS`) for a registered mixer; for any other name one
+    of `VARIANT_MARKERS`, chosen by the name."""
+    if model in KNOWN_MODELS:
+        return MARKERS[STYLED.index(model) % len(MARKERS)]
+    return VARIANT_MARKERS[sum(map(ord, model)) % len(VARIANT_MARKERS)]
 
 
 def describe(params: dict[str, Any]) -> str:

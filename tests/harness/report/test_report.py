@@ -93,6 +93,8 @@ def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
     # the capacity figure's censored readouts are arrows with triangle heads
     triangled = {m for m in KNOWN_MODELS if marker(m) in "^>v<"}
     assert triangled == {"identity", "rff", "rwkv", "sliding_window"}
+    hybrids = ["gdn+gdn", "gla+gla", "gla+softmax", "linear elu", "mamba2+swa"]
+    assert not [name for name in hybrids if marker(name) in "^>v<"]
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 
 class Registry:
-    """Maps registry names (as used in `conf/<group>/<name>.yaml`) to constructors."""
+    """Maps registry names (the options `model=<name>`, `task=<name>`) to constructors."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -38,7 +38,8 @@ class Registry:
 
     def defaults(self, name: str) -> dict[str, Any]:
         """The constructor parameters of entry `name` that have a default, with that default
-        (the single source of truth for defaults; `tests/test_configs.py` holds each yaml to it)."""
+        (the single source of truth for defaults; `harness.config.group_nodes` reads the same from
+        the source)."""
         return {
             key: p.default
             for key, p in self.parameters(name).items()

@@ -3,7 +3,7 @@
 
 One process, torch threads 1 (`--threads`). The model is `python run.py model=<name>`'s
 language model (conf/config.yaml: backbone d_model 64, 2 layers; the default task's
-vocabulary; conf/model/<name>.yaml), built for length T. A step is forward + cross-entropy +
+vocabulary; the `model=<name>` option), built for length T. A step is forward + cross-entropy +
 backward on a fixed batch of random tokens (`--batch`, default 16), no optimiser. At each T
 the cells step in turn (one step of each, repeated `--reps` times after a warm-up step), so
 that a change of machine load slows every cell alike; a cell's time is its median step, by

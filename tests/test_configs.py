@@ -1,9 +1,11 @@
-"""Each conf/task and conf/model yaml names its registry entry and lists exactly the
-constructor's parameters with the constructor's defaults, and conf/config.yaml, conf/trainer/
+"""Each `task` and `model` option is its registered class, with the constructor's parameters
+and defaults (`harness.config.group_nodes`), and conf/config.yaml, conf/trainer/
 and conf/logger/ list exactly the declared run-level settings with their declared defaults
 (one source of truth each)."""
 
+import ast
 import inspect
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,32 +14,55 @@ from omegaconf import OmegaConf
 
 from harness.config.compose import CONF_DIR as CONF
 from harness.config.compose import compose_config
+from harness.config.group_nodes import (
+    HEADLINE,
+    TASK_KEYS,
+    group_nodes,
+    registered_name,
+    signature_defaults,
+)
 from harness.config.settings import ABSENT, LOGGERS, declared, defaults
 from models import MIXERS
 from models.backbone import LanguageModel
 from models.stack import HYBRID, hybrid_layers
 from tasks import TASKS
 
-HARNESS_KEYS = {"task": {"name", "eval_seq_lens", "test", "mixture"}, "model": {"name"}}
-HEADLINE = {"assoc_recall": {"num_kv_pairs": [1, 16]}}
-"""Where the harness's default differs from the generator's: `python run.py` trains and tests
-MQAR over a range of loads (a load curve, README), `build_task("assoc_recall")` one load."""
+
+@pytest.mark.parametrize(("group", "registry"), [("task", TASKS), ("model", MIXERS)])
+def test_each_registered_class_is_an_option_holding_its_signature(group, registry) -> None:
+    """The nodes read from the source (`ast`, torch not imported) are the imported classes'
+    `inspect` signatures: every default, in order, `d_model` left to the backbone."""
+    nodes = group_nodes(group)
+    assert sorted(nodes) == registry.names()
+    for name, node in nodes.items():
+        assert node["name"] == name
+        params = {k: v for k, v in node.items() if k not in ("name", *TASK_KEYS)}
+        defaults = {k: v for k, v in registry.defaults(name).items() if k != "d_model"}
+        defaults = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
+        defaults |= HEADLINE.get(name, {})
+        assert list(params.items()) == list(defaults.items()), name
 
 
-@pytest.mark.parametrize(
-    ("group", "registry", "skip"),
-    [("task", TASKS, set()), ("model", MIXERS, {"d_model"})],
-)
-def test_every_registry_entry_has_a_yaml_matching_its_signature(group, registry, skip) -> None:
-    files = {path.stem: path for path in (CONF / group).glob("*.yaml") if path.stem != HYBRID}
-    assert sorted(files) == registry.names()
-    for name, path in files.items():
-        content = yaml.safe_load(path.read_text())
-        assert content["name"] == name
-        params = {k: v for k, v in content.items() if k not in HARNESS_KEYS[group]}
-        defaults = {k: v for k, v in registry.defaults(name).items() if k not in skip}
-        defaults |= HEADLINE.get(name, {}) if group == "task" else {}
-        assert params == defaults, path
+def test_a_new_class_with_its_import_is_an_option_of_its_group() -> None:
+    """`@register("<name>")` on a class is the whole declaration: its `__init__`'s literal
+    defaults are the node (a tuple a list); a default that is not a literal is refused."""
+    source = ast.parse(
+        'import x\n@MIXERS.register("toy")\nclass Toy(Mixer):\n'
+        "    def __init__(self, d_model: int, n: int = 2, sizes=(1, 2), *, mode='chunk'):\n"
+        "        pass\n"
+    )
+    toy = source.body[1]
+    assert registered_name(toy) == "toy"
+    assert signature_defaults(toy, Path("toy.py")) == {"n": 2, "sizes": [1, 2], "mode": "chunk"}
+    computed = ast.parse("class Bad:\n    def __init__(self, n=int('2')):\n        pass\n")
+    with pytest.raises(ValueError):
+        signature_defaults(computed.body[0], Path("bad.py"))
+    assert registered_name(computed.body[0]) is None
+
+
+def test_every_task_option_offers_length_generalisation() -> None:
+    for name, node in group_nodes("task").items():
+        assert node["eval_seq_lens"] == [], name
 
 
 def test_the_hybrid_yaml_is_a_valid_layer_list_and_nothing_else() -> None:
@@ -46,11 +71,6 @@ def test_the_hybrid_yaml_is_a_valid_layer_list_and_nothing_else() -> None:
     assert content == {"name": HYBRID, "layers": None}  # required: refused when not given
     with pytest.raises(ValueError, match=r"model\.layers=\[gated_deltanet,softmax\]"):
         hybrid_layers(content["layers"], 2)
-
-
-def test_task_yamls_offer_length_generalisation() -> None:
-    for path in (CONF / "task").glob("*.yaml"):
-        assert yaml.safe_load(path.read_text())["eval_seq_lens"] == [], path
 
 
 def test_the_default_backbone_is_the_constructors() -> None:

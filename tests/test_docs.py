@@ -207,14 +207,13 @@ def test_the_readme_has_one_row_per_task_and_per_model() -> None:
         assert sorted(m.group(1) for m in names) == sorted(registry.names()), heading
 
 
-def test_docs_tasks_states_the_defaults_of_conf_task() -> None:
-    import yaml
-
+def test_docs_tasks_states_the_defaults_of_the_task_options() -> None:
+    from harness.config.group_nodes import group_nodes
     from tasks import TASKS
 
     page = (REPO / "docs" / "tasks.md").read_text()
     for name in TASKS.names():
-        conf = yaml.safe_load((REPO / "conf" / "task" / f"{name}.yaml").read_text())
+        conf = group_nodes("task")[name]
         lines = section(page, f"## `{name}`").splitlines()
         rows = [line.split("|") for line in lines if line.startswith("| `")]
         table = {row[1].strip(" `"): row[2].strip() for row in rows}

@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from common.checks import InvalidValue, require_choice
 from harness.config.compose import CONF_DIR
 from harness.config.framework_internals import hydra_args_parser
+from harness.config.group_nodes import group_options
 from harness.config.refusal import BadInput, full_error, refused
 
 CONFIG_NAME = "config"
@@ -37,16 +38,6 @@ HYBRID, LAYERS_KEY = "hybrid", "model.layers"
 
 HYDRA_GROUPS = {"hydra", "hydra/launcher", "hydra/sweeper", "hydra/job_logging", "hydra/help"}
 """Hydra's own groups (their options include Hydra's plugins): passed as they are."""
-
-
-def group_options() -> dict[str, list[str]]:
-    """Every config group of conf/ but Hydra's (`model`, `task`, `experiment`, ...) and its
-    options, the names of its yaml files."""
-    return {
-        str(folder.relative_to(CONF_DIR)): sorted(p.stem for p in folder.glob("*.yaml"))
-        for folder in sorted(CONF_DIR.rglob("*"))
-        if folder.is_dir() and folder.relative_to(CONF_DIR).parts[0] != "hydra"
-    }
 
 
 def config_groups() -> set[str]:

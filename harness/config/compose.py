@@ -1,6 +1,7 @@
 """A run's config composed in-process exactly as `python run.py` composes it: `conf/` with
-Hydra's compose API, and the resolvers the presets use (registered when this module is
-imported; `run.py`, the Python API and the tests all import it)."""
+Hydra's compose API, the `model` and `task` options read from their constructors
+(`harness.config.group_nodes`) and the resolvers the presets use (both registered when this
+module is imported; `run.py`, the Python API and the tests all import it)."""
 
 import re
 from collections.abc import Iterable, Mapping
@@ -10,7 +11,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from harness.config.group_nodes import CONF_DIR, store_group_nodes
 
 
 def register_resolvers() -> None:
@@ -22,6 +23,7 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
+store_group_nodes()
 
 
 def compose_config(

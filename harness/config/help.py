@@ -49,8 +49,8 @@ HELP_FLAGS = ("--help", "-h")
 
 def group_lines() -> str:
     """`group: option, option, ...` for every group of conf/ outside hydra/, sorted
-    (`harness.config.command_line.group_options`)."""
-    from harness.config.command_line import group_options
+    (`harness.config.group_nodes.group_options`)."""
+    from harness.config.group_nodes import group_options
 
     return "\n".join(f"{group}: {', '.join(options)}" for group, options in group_options().items())
 

@@ -15,7 +15,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from harness.config.compose import CONF_DIR
+from harness.config.group_nodes import group_options
 from harness.records.failures import LAST_SWEEP, NEW_RUN_DIRS
 from harness.records.schema import status_of, tally
 
@@ -32,7 +32,7 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
     counts: dict[str, int] = {}
     for override in OverridesParser.create().parse_overrides(lines):
         if override.value_type == ValueType.GLOB_CHOICE_SWEEP:  # model=glob(*): a group's files
-            options = sorted(p.stem for p in (CONF_DIR / override.key_or_group).glob("*.yaml"))
+            options = group_options().get(override.key_or_group, [])
             counts[override.key_or_group] = len(override.value().filter(options))
         elif override.is_sweep_override():
             counts[override.key_or_group] = len(list(override.sweep_string_iterator()))

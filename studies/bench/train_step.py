@@ -5,7 +5,7 @@ same run, and the peak memory of a step. One more row, NO_MIXER, is the same mod
 mixer replaced by the identity: the rest of the model alone, the ceiling of any mixer's ratio.
 
 The model is what `python run.py model=<name>` trains: `conf/config.yaml` composed by Hydra
-(its `backbone` and `optim` keys, the default task's vocabulary, `conf/model/<name>.yaml`),
+(its `backbone` and `optim` keys, the default task's vocabulary, the `model=<name>` option),
 plus `Settings.step_overrides`, with the run's optimiser (`harness.training.optimizer.adamw`; the
 run also clips gradients, left out here). Steps of every mixer at one T are interleaved (one step of
 each, repeated), so that a change of machine load during the run slows every mixer alike;

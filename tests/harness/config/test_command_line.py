@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.command_line import check_command_line, check_overrides, group_options
+from harness.config.command_line import check_command_line, check_overrides
 from harness.config.compose import CONF_DIR
+from harness.config.group_nodes import group_options
 from harness.config.help import preset_lines
 from harness.config.refusal import BadInput
 from tests.conftest import run_cli
@@ -117,8 +118,14 @@ def test_help_is_the_tools_own_and_lists_every_option(tmp_path: Path) -> None:
     assert "powered by Hydra" not in text
     for part in ("python run.py task=", "python run.py -m ", "python -m harness.report", "README"):
         assert part in text, part
-    for folder in sorted(p for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"):
-        options = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-        assert f"{folder.name}: {options}" in text, folder.name
+    folders = [p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"]
+    assert sorted(group_options()) == sorted({*folders, "model", "task"})
+    for group, options in group_options().items():
+        assert f"{group}: {', '.join(options)}" in text, group
+    from models import MIXERS
+    from tasks import TASKS
+
+    assert group_options()["model"] == sorted([*MIXERS.names(), "hybrid"])
+    assert group_options()["task"] == TASKS.names()
     for preset in group_options()["experiment"]:
         assert f"\n  {preset} " in text, preset

@@ -262,10 +262,10 @@ def test_sweep_plan_counts_the_presets_and_the_command_lines_values() -> None:
     assert jobs == 3 * 2  # the command line's seed=0 replaces the preset's three seeds
     assert swept == ["model", "task.num_kv_pairs"]
 
-    config.hydra.overrides.task = ["model=glob(*,exclude=soft*)"]  # the group's files
-    from harness.config.compose import CONF_DIR
+    config.hydra.overrides.task = ["model=glob(*,exclude=soft*)"]  # the group's options
+    from harness.config.group_nodes import group_options
 
-    options = len(list((CONF_DIR / "model").glob("*.yaml")))
+    options = len(group_options()["model"])
     assert sweep_plan(config) == ((options - 1) * 3, ["model", "seed"])
 
 

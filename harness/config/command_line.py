@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from common.checks import InvalidValue, require_choice
 from harness.config.compose import CONF_DIR
 from harness.config.framework_internals import hydra_args_parser
-from harness.config.group_nodes import group_options
+from harness.config.group_nodes import SOURCES, group_nodes, group_options
 from harness.config.refusal import BadInput, full_error, refused
 
 CONFIG_NAME = "config"
@@ -166,15 +166,19 @@ def keys_elsewhere(
     group: str, selected: dict[str, list[Any]], options: dict[str, list[str]]
 ) -> dict[str, list[str]]:
     """The keys of the other options of `group` (`model.feature_dim` of model=based, favor,
-    ...): key -> the options that have it."""
+    ...): key -> the options that have it. A registered class's keys are its node's
+    (`harness.config.group_nodes`); another group's option is composed."""
     base = job_variants(selected)[0]
     chosen = set(selected.get(group) or [])
+    nodes = group_nodes(group) if group in SOURCES else {}
     having: dict[str, list[str]] = {}
-    for option in options.get(group, []):
-        composed = None if option in chosen else compose_keys({**base, group: option})
-        for key in composed[0] if composed else ():
-            if key.startswith(f"{group}."):
-                having.setdefault(key, []).append(option)
+    for option in [o for o in options.get(group, []) if o not in chosen]:
+        if option in nodes:
+            keys = {f"{group}.{key}" for key in nodes[option]}
+        else:
+            keys = (compose_keys({**base, group: option}) or (set(), {}))[0]
+        for key in sorted(k for k in keys if k.startswith(f"{group}.")):
+            having.setdefault(key, []).append(option)
     return having
 
 

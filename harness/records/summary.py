@@ -35,7 +35,7 @@ def read_summary(sweep_dir: Path) -> list[dict]:
     if not path.exists():
         return []
     records = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), 1):
         with contextlib.suppress(json.JSONDecodeError):
-            records.append(migrated(json.loads(line)))
+            records.append(migrated(json.loads(line), f"{path}, line {number}"))
     return records

@@ -48,7 +48,7 @@ def records_of(folder: str | Path) -> list[dict]:
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:
-            record = migrated(json.loads(path.read_text()))
+            record = migrated(json.loads(path.read_text()), str(path))
             written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             continue

@@ -37,7 +37,7 @@ def record(
     error: str | None = None,
     task_params: dict | None = None,
     metrics: dict | None = None,
-    converged: bool | None = True,
+    converged: bool = True,
     baselines: dict | None = None,
     diverged_at_step: int | None = None,
 ) -> dict:
@@ -56,10 +56,9 @@ def record(
         ).items():
             all_metrics[f"test/baseline/{name}"] = value
     all_metrics.update(metrics or {})
-    train = {"steps": 400, "wall_s": 12.0, "tokens_per_s": 1e5, "resumed_from_step": 0}
-    train["diverged_at_step"] = diverged_at_step
-    if converged is not None:
-        train.update(converged=converged, val_curve=[[100, 0.1], [400, acc or 0.0]])
+    train = {"steps": 400, "epochs": 0.64, "wall_s": 12.0, "tokens_per_s": 1e5, "floor": None}
+    train.update(resumed_from_step=0, segments=[], diverged_at_step=diverged_at_step)
+    train.update(converged=converged, val_curve=[[100, 0.1], [400, acc or 0.0]])
     refused = status == "failed" and error and "invalid" in error
     return {
         "schema_version": SCHEMA_VERSION,

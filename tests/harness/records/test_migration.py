@@ -11,20 +11,38 @@ from harness.records.migration import completed_state, migrated
 from harness.records.record import config_of
 from harness.records.schema import SCHEMA_VERSION
 from harness.records.sweep import records_of
+from tests.harness.synthetic import record
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
 
 def test_an_older_record_migrates_to_the_hash_its_command_has_now(make_cfg) -> None:
     cfg = make_cfg(["model=deltanet", "threads=1", "model.mode=recurrent"])
-    older = {"status": "ok", "config_hash": "0123456789abcdef", "config": config_of(cfg)}
+    older = {**record("deltanet"), "config_hash": "0123456789abcdef", "config": config_of(cfg)}
+    del older["schema_version"]
     upgraded = migrated(older)
     assert upgraded["schema_version"] == SCHEMA_VERSION
     assert upgraded["config_hash"] == config_hash(make_cfg(["model=deltanet"]))
     assert older["config_hash"] == "0123456789abcdef"  # the record read is left as it was
     current = {**upgraded, "config_hash": "kept"}
     assert migrated(current) is current
-    assert migrated({"status": "failed"})["schema_version"] == SCHEMA_VERSION  # no config: kept
+    no_config = {**older, "config": None}
+    assert migrated(no_config)["config_hash"] == "0123456789abcdef"  # no config: kept
+
+
+def test_a_record_of_another_shape_is_refused_with_its_place_and_key() -> None:
+    """Every reader gets records held to `harness.records.record_model.Record`: a missing or
+    mistyped key, or one the record does not declare, is one line naming where and which."""
+    good = record("deltanet")
+    assert migrated(good, "sweep, line 3") is good
+    for broken, key in [
+        ({**good, "train": {**good["train"], "steps": "many"}}, "train.steps"),
+        ({**good, "status": "finished"}, "status"),
+        ({**good, "stat": "ok"}, "stat"),
+        ({k: v for k, v in good.items() if k != "run_dir"}, "run_dir"),
+    ]:
+        with pytest.raises(ValueError, match=rf"^sweep, line 3: {key}: "):
+            migrated(broken, "sweep, line 3")
 
 
 def test_an_older_state_gets_the_mixers_floats_without_the_conv_window() -> None:

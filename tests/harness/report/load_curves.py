@@ -45,5 +45,6 @@ def curve_record(
     rec["state"]["rank_bound_stack"] = 2 * rec["state"]["rank_bound_per_layer"]  # two layers
     rec["config"]["data"]["num_test"] = PER_LOAD * len(accs)
     rec["config"]["capacity"] = {"threshold": threshold}
-    rec["capacity"] = {"load": "num_kv_pairs", "n90": 999.0, "verdict": "not_limited"}
+    stale = {"n90": 999.0, "n50": 999.0, "verdict": "not_limited", "threshold": threshold}
+    rec["capacity"] = {"load": "num_kv_pairs", **stale}
     return rec

@@ -1,0 +1,144 @@
+"""The record's types (docs/record.md), checked as a record is read (`checked`): every key the
+harness writes, its type, and which keys an older record may lack (null by default). A key
+the record does not declare, or a value of another type, is refused with the key's path."""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.readouts.capacity import LEFT, RIGHT, VERDICTS
+from harness.records.schema import SCHEMA_VERSION, STATUSES
+
+Number = int | float
+
+
+class Part(BaseModel):
+    """A block of the record: only its declared keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class State(Part):
+    """`state`: the floats a layer carries to the next token, and its rank bound (§17)."""
+
+    floats_per_layer: Number
+    bytes_per_layer: Number
+    bytes_total: Number
+    grows_with_seq_len: bool
+    mixer_floats_per_layer: Number | None = None
+    conv_floats_per_layer: Number | None = None
+    rank_bound_per_layer: Number | None = None
+    floats_stack: Number | None = None
+    mixer_floats_stack: Number | None = None
+    rank_bound_stack: Number | None = None
+    knob: dict | None = None
+    layers: list[dict] | None = None
+
+
+class Train(Part):
+    """`train`: how long it trained, its validation curve, and whether it converged."""
+
+    steps: int
+    epochs: Number
+    wall_s: Number
+    tokens_per_s: Number | None
+    resumed_from_step: int | None
+    segments: list[dict]
+    val_curve: list[list[Number]]
+    converged: bool
+    floor: Number | None = None  # without it a reader keeps `converged` as it is
+    val_standard_error: Number | None = None
+    stopped_by: str | None = None
+    diverged_at_step: int | None = None
+
+
+Censoring = Literal[LEFT, RIGHT] | None
+
+
+class Capacity(Part):
+    """`capacity`: the load curve's readouts (`harness.readouts.capacity.readout`)."""
+
+    load: str
+    threshold: Number
+    n90: Number | None
+    n50: Number | None
+    verdict: Literal[VERDICTS]
+    judged_at: int | None = None
+    censored: list[str] = []
+    n90_censoring: Censoring = None
+    n50_censoring: Censoring = None
+    n90_se: Number | None = None
+    n50_se: Number | None = None
+    n90_se_log: Number | None = None
+    n50_se_log: Number | None = None
+    training: str | None = None
+    why: str | None = None
+
+
+class Protocol(Part):
+    """`protocol`: what the capacity protocol derived from the cell's rank bound."""
+
+    rank_bound_stack: int | None
+    loads: list[int]
+    seq_len: int
+
+
+class Threads(Part):
+    count: int
+    why: str
+    changes: list[list[int]]
+
+
+class WandbRun(Part):
+    mode: str
+    id: str
+    run_dir: str
+
+
+class Evaluated(Part):
+    """`evaluated`: in a re-test's record, the run it re-tested."""
+
+    run_dir: str
+    overrides: list[str]
+    trained_seq_len: int | None
+
+
+class Record(Part):
+    """A run's `results.json` (and a line of a sweep's `summary.jsonl`)."""
+
+    schema_version: Literal[SCHEMA_VERSION]
+    status: Literal[STATUSES]
+    task: str | None
+    model: str | None
+    task_params: dict
+    model_params: dict
+    seq_len: int | None
+    seed: int | None
+    config_hash: str
+    choices: dict[str, str | None] = {}
+    num_params: int | None = None
+    state: State | None = None
+    metrics: dict[str, Number | None] = {}
+    train: Train | None = None
+    capacity: Capacity | None = None
+    protocol: Protocol | None = None
+    threads: Threads | None = None
+    wandb: WandbRun | None = None
+    weights: str | None = None
+    evaluated: Evaluated | None = None
+    error: str | None = None
+    finished_at: str | None = None
+    run_dir: str
+    config: dict | None = None
+
+
+def checked(record: dict, where: str = "record") -> dict:
+    """`record` itself once it has the record's types; else a `ValueError` naming `where`,
+    the first offending key's path and what it holds."""
+    try:
+        Record.model_validate(record)
+    except ValidationError as error:
+        first = error.errors()[0]
+        path = ".".join(str(part) for part in first["loc"])
+        raise ValueError(f"{where}: {path}: {first['msg']}") from None
+    return record

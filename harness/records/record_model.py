@@ -132,13 +132,17 @@ class Record(Part):
     config: dict | None = None
 
 
+class NotARecord(ValueError):
+    """A file or line that is not a record: where, which key, and what is wrong with it."""
+
+
 def checked(record: dict, where: str = "record") -> dict:
-    """`record` itself once it has the record's types; else a `ValueError` naming `where`,
-    the first offending key's path and what it holds."""
+    """`record` itself once it has the record's types; else `NotARecord` naming `where`, the
+    first offending key's path and what is wrong with it."""
     try:
         Record.model_validate(record)
     except ValidationError as error:
         first = error.errors()[0]
         path = ".".join(str(part) for part in first["loc"])
-        raise ValueError(f"{where}: {path}: {first['msg']}") from None
+        raise NotARecord(f"{where}: {path}: {first['msg']}") from None
     return record

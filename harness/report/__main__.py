@@ -29,9 +29,13 @@ def main() -> None:
         parser.error(f"--threshold={args.threshold} is invalid: must be in (0, 1]")
     if not args.sweep.is_dir():
         parser.error(f"sweep={args.sweep} is not a folder")
+    from harness.records.record_model import NotARecord
     from harness.report.sweep_report import report  # torch, pandas, matplotlib: after --help
 
-    report(args.sweep, args.out, args.wandb, args.threshold)
+    try:
+        report(args.sweep, args.out, args.wandb, args.threshold)
+    except NotARecord as error:
+        parser.exit(2, f"error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The command line answers before the heavy imports: `python run.py --help`, a mistyped option
-(`model=nosuch`) and a bad value (`threads=two`) are answered without importing torch or
-Lightning, and so is `python -m harness.report --help`. Each command runs in a
+(`model=nosuch`), a mistyped key and a bad value (`threads=two`) are answered without importing
+torch or Lightning, and so is `python -m harness.report --help`. Each command runs in a
 fresh interpreter with `-X importtime`, whose log names every module the process imported."""
 
 import re
@@ -19,6 +19,7 @@ COMMANDS = {
     "help": ([RUN, "--help"], 0, HEAVY),
     "unknown option": ([RUN, "model=nosuch"], 2, HEAVY),
     "bad value": ([RUN, "threads=two"], 2, HEAVY),
+    "unknown key": ([RUN, "model.head_k_dimm=2"], 2, HEAVY),
     "report help": (["-m", "harness.report", "--help"], 0, HEAVY),
 }
 """name -> (arguments after `python -X importtime`, exit code, modules it must not import)."""

@@ -2,6 +2,8 @@
 command has now, and the state keys every reader expects; every committed record migrates."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from harness.records.migration import completed_state, migrated
 from harness.records.record import config_of
 from harness.records.schema import SCHEMA_VERSION
 from harness.records.sweep import records_of
+from tests.conftest import REPO
 from tests.harness.synthetic import record
 
 RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
@@ -67,3 +70,18 @@ def test_every_committed_record_migrates_and_no_two_jobs_merge(folder: Path) -> 
     assert all(r["schema_version"] == SCHEMA_VERSION for r in records)
     with_state = [r for r in records if r.get("state")]
     assert all(r["state"]["mixer_floats_per_layer"] is not None for r in with_state)
+
+
+def test_the_report_refuses_a_sweep_holding_a_broken_record_with_one_line(tmp_path) -> None:
+    broken = record("linear")
+    broken["train"]["steps"] = "many"
+    (tmp_path / "summary.jsonl").write_text(json.dumps(broken) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "harness.report", str(tmp_path), "--wandb", "disabled"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: {tmp_path / 'summary.jsonl'}, line 1: train.steps: "
+        "Input should be a valid integer, unable to parse string as an integer"
+    )

@@ -49,8 +49,9 @@ def signature_defaults(node: ast.ClassDef, path: Path) -> dict[str, Any]:
     )
     if init is None:
         raise TypeError(f"{path.name}: {node.name} registers no __init__ of its own")
-    args = init.args.args + init.args.kwonlyargs
-    defaults = [None] * (len(init.args.args) - len(init.args.defaults)) + init.args.defaults
+    positional = init.args.posonlyargs + init.args.args
+    args = positional + init.args.kwonlyargs
+    defaults = [None] * (len(positional) - len(init.args.defaults)) + init.args.defaults
     defaults += init.args.kw_defaults
     out = {}
     for arg, default in zip(args, defaults, strict=True):

@@ -61,7 +61,7 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 def params_of(cfg_group: DictConfig) -> dict:
-    """A registry entry's parameters: its yaml group without the harness's own keys."""
+    """A registry entry's parameters: its config group without the harness's own keys."""
     params = OmegaConf.to_container(cfg_group, resolve=True)
     for key in HARNESS_KEYS:
         params.pop(key, None)

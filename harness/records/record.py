@@ -23,8 +23,8 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "model": cfg.model.name,
         "task_params": params_of(cfg.task),
         "model_params": params_of(cfg.model),
-        "seq_len": cfg.task.get("seq_len"),
-        "seed": cfg.seed,
+        "seq_len": integer(cfg.task.get("seq_len")),  # a refused value stays in `config`
+        "seed": integer(cfg.seed),
         "config_hash": digest,
         "choices": group_choices(),  # the config groups' options: a swept +state_size=... too
         "num_params": None,
@@ -38,6 +38,11 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "config": config_of(cfg),
     }
+
+
+def integer(value: object) -> int | None:
+    """`value` where it is an int, else None (a run refused for it keeps it in its config)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def config_of(cfg: DictConfig) -> dict:

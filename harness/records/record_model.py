@@ -44,7 +44,7 @@ class Train(Part):
     tokens_per_s: Number | None
     resumed_from_step: int | None
     segments: list[dict]
-    val_curve: list[list[Number]]
+    val_curve: list[list[Number | None]]  # null: a NaN accuracy
     converged: bool
     floor: Number | None = None  # without it a reader keeps `converged` as it is
     val_standard_error: Number | None = None
@@ -62,7 +62,7 @@ class Capacity(Part):
     threshold: Number
     n90: Number | None
     n50: Number | None
-    verdict: Literal[VERDICTS]
+    verdict: Literal[VERDICTS] | None  # None: no tested load's floor lets a fall be judged
     judged_at: int | None = None
     censored: list[str] = []
     n90_censoring: Censoring = None
@@ -114,7 +114,7 @@ class Record(Part):
     model_params: dict
     seq_len: int | None
     seed: int | None
-    config_hash: str
+    config_hash: str | None = None
     choices: dict[str, str | None] = {}
     num_params: int | None = None
     state: State | None = None

@@ -28,14 +28,15 @@ def append_summary(sweep_dir: Path, record: dict) -> Path:
     return path
 
 
-def read_summary(sweep_dir: Path) -> list[dict]:
+def read_summary(sweep_dir: Path, check: bool = False) -> list[dict]:
     """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped), in
-    the current layout (`migrated`)."""
+    the current layout (`migrated`); `check`: each held to the record's types."""
     path = Path(sweep_dir) / SUMMARY
     if not path.exists():
         return []
     records = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         with contextlib.suppress(json.JSONDecodeError):
-            records.append(migrated(json.loads(line), f"{path}, line {number}"))
+            where = f"{path}, line {number}" if check else None
+            records.append(migrated(json.loads(line), where))
     return records

@@ -31,24 +31,25 @@ GROUPS = ("task", "model")
 rather than its `config`."""
 
 
-def records_of(folder: str | Path) -> list[dict]:
+def records_of(folder: str | Path, check: bool = False) -> list[dict]:
     """The latest record of every config under `folder`: the lines of `summary.jsonl` and the
     `results.json` files (single runs under `outputs/<date>`, one folder per attempt, or jobs
     of a sweep killed before they appended), one per config hash (a record without one stands
     alone). The latest is the one finished last (`finished_at`); records written without it
     rank below those with it, `summary.jsonl`'s in the order they were appended, above the
     files', which rank by when they were written (a run resumed to `ok` replaces its
-    interrupted or failed attempts)."""
+    interrupted or failed attempts). `check`: each held to the record's types (the report's
+    reading; `harness.records.record_model`)."""
     folder = Path(folder)
     candidates: list[tuple[tuple, str, dict]] = []
-    for line, record in enumerate(read_summary(folder)):
+    for line, record in enumerate(read_summary(folder, check)):
         rank = (record.get("finished_at") or "", 1, line)
         candidates.append((rank, record.get("config_hash") or f"line {line}", record))
     for path in sorted(folder.rglob(RECORD)):
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:
-            record = migrated(json.loads(path.read_text()), str(path))
+            record = migrated(json.loads(path.read_text()), str(path) if check else None)
             written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             continue
@@ -136,8 +137,9 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
 def load_sweep(path: str | Path) -> pd.DataFrame:
     """Every job of a sweep (or every run under an `outputs/` folder) as one flat row: see
     `flat_row` for the columns. A failed job is a row too (`status`, `error`); columns a job
-    does not have are NaN."""
-    rows = [flat_row(r) for r in records_of(path)]
+    does not have are NaN. Each record is held to the record's types
+    (`harness.records.record_model`)."""
+    rows = [flat_row(r) for r in records_of(path, check=True)]
     return pd.DataFrame(rows)
 
 

@@ -10,8 +10,10 @@ import pytest
 
 from harness.config.hashing import config_hash
 from harness.records.migration import completed_state, migrated
-from harness.records.record import config_of
+from harness.records.record import config_of, new_record
+from harness.records.record_model import NotARecord, checked
 from harness.records.schema import SCHEMA_VERSION
+from harness.records.summary import read_summary
 from harness.records.sweep import records_of
 from tests.conftest import REPO
 from tests.harness.synthetic import record
@@ -85,3 +87,19 @@ def test_the_report_refuses_a_sweep_holding_a_broken_record_with_one_line(tmp_pa
         f"error: {tmp_path / 'summary.jsonl'}, line 1: train.steps: "
         "Input should be a valid integer, unable to parse string as an integer"
     )
+
+
+def test_training_reads_past_a_broken_line_and_a_refused_value_makes_a_valid_record(
+    tmp_path, make_cfg
+) -> None:
+    """A sweep's own reading (`read_summary` without `check`) never stops at a broken line,
+    and the record of a run refused for a non-integer length or seed is a record (the value
+    stays in its config)."""
+    broken = {**record("linear"), "status": "finished"}
+    good = record("deltanet")
+    (tmp_path / "summary.jsonl").write_text(f"{json.dumps(broken)}\n{json.dumps(good)}\n")
+    assert [r["model"] for r in read_summary(tmp_path)] == ["linear", "deltanet"]
+    with pytest.raises(NotARecord, match="line 1: status"):
+        read_summary(tmp_path, check=True)
+    refused = new_record(make_cfg(["task.seq_len=64.5"]), "hash", tmp_path)
+    assert checked(refused)["seq_len"] is None and refused["config"]["task"]["seq_len"] == 64.5

@@ -36,7 +36,7 @@ from harness.readouts.capacity import readout_of
 from harness.records.record import new_record, write_record
 from harness.records.schema import OK, RECORD
 from harness.train import baseline_metrics, job_threads, record_built_parts
-from harness.training.build import Parts, build
+from harness.training.build import BuiltRun, build
 from harness.training.checkpoint import WEIGHTS, kept_weights
 from harness.training.console import capacity_text
 from harness.training.quiet_trainer import quiet_trainer
@@ -115,7 +115,7 @@ def load_model(run_dir: str | Path) -> LanguageModel:
     return parts.model.eval()
 
 
-def load_weights(parts: Parts, weights: dict[str, torch.Tensor]) -> None:
+def load_weights(parts: BuiltRun, weights: dict[str, torch.Tensor]) -> None:
     """The kept weights into the built model. Learned positions: the trained table, cut to the
     length built (refused past the trained length)."""
     table = weights.get("positions.weight")

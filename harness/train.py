@@ -30,7 +30,7 @@ from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECOR
 from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
 from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
-from harness.training.build import Parts, build, check_run, resolved_model_params
+from harness.training.build import BuiltRun, build, check_run, resolved_model_params
 from harness.training.checkpoint import (
     Resumption,
     SaveLast,
@@ -141,7 +141,7 @@ def record_failure(cfg: DictConfig, job: Job, record: dict, error: BaseException
     return ended.ends_the_run
 
 
-def record_built_parts(record: dict, cfg: DictConfig, parts: Parts) -> None:
+def record_built_parts(record: dict, cfg: DictConfig, parts: BuiltRun) -> None:
     """What the built parts add to the record: resolved parameters, size, state."""
     record.update(
         task_params=parts.task.params(),
@@ -223,7 +223,7 @@ def make_trainer(
 
 
 def fit(
-    cfg: DictConfig, resumed: Resumption, trainer: L.Trainer, parts: Parts, record: dict
+    cfg: DictConfig, resumed: Resumption, trainer: L.Trainer, parts: BuiltRun, record: dict
 ) -> None:
     """Train (resuming from the checkpoint a killed run left, `resumed`), then validate the
     final weights unless the last validation already saw them, so that `val/*` and `test/*`
@@ -264,7 +264,7 @@ def fit(
         record["metrics"].update(parts.module.val_results)
 
 
-def test(trainer: L.Trainer, parts: Parts, record: dict, cfg: DictConfig) -> None:
+def test(trainer: L.Trainer, parts: BuiltRun, record: dict, cfg: DictConfig) -> None:
     """Test at every test length with the trainer that fitted the model; beside the model's
     accuracy, the binding-free baselines on the same test set (`test/baseline/<name>`) and,
     tested over a range of loads, the load curve's readout at `capacity.threshold`
@@ -283,7 +283,7 @@ def test(trainer: L.Trainer, parts: Parts, record: dict, cfg: DictConfig) -> Non
     )
 
 
-def baseline_metrics(parts: Parts) -> dict[str, float]:
+def baseline_metrics(parts: BuiltRun) -> dict[str, float]:
     """`Task.baselines` on the first test set (`test/baseline/<name>`) and, for a test set
     over a range of loads, at every load (`test/baseline_by/<load>/<value>/<name>`)."""
     baselines = parts.data.test_baselines(0)
@@ -295,7 +295,7 @@ def baseline_metrics(parts: Parts) -> dict[str, float]:
     return metrics
 
 
-def validation_floor(parts: Parts) -> float:
+def validation_floor(parts: BuiltRun) -> float:
     """The strongest binding-free baseline on the validation set (of a mixture: pooled over
     its components): a plateau counts only above it (`harness.readouts.convergence.plateaued`)."""
     return max(parts.data.val_baselines().values())
@@ -307,7 +307,7 @@ def val_standard_error(curve: list, num_val: int) -> float | None:
     return round(standard_error(curve[-1][1], num_val), 6) if curve else None
 
 
-def mean_train_length(parts: Parts) -> float:
+def mean_train_length(parts: BuiltRun) -> float:
     """Tokens per training example: the length, or a mixture's mean length over its examples."""
     counts = parts.data.counts["train"]
     lengths = [task.seq_len for task in parts.data.train_tasks]

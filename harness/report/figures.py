@@ -42,7 +42,7 @@ MARKED = 12
 marker at each of 45 string lengths hides the line's shape under them."""
 
 
-def marked(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
+def marker_indices(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
     """The indices of a line's points (x ascending) that get a marker: all of them up to
     `MARKED`; else the nearest point to each of `MARKED` places spread evenly along the x axis
     (in log x on a log axis) from the first point to the last, and the first and last point of
@@ -60,7 +60,7 @@ def marked(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]
     return sorted(even | edges)
 
 
-def along(points: list[Point], key: str, accuracies) -> list[Point]:
+def points_by_slice(points: list[Point], key: str, accuracies) -> list[Point]:
     """Each ok point once per value of one slice of its test set (`accuracies(point)`:
     {value: accuracy}, the seeds' mean), that accuracy as its test accuracy and the value as
     parameter `key`. The seeds' own accuracies at each value are not in a point, so only
@@ -221,14 +221,14 @@ class Dodge:
 
 def draw_line(ax, model: str, note: str, ok: list[Point], at: dict, get_y, log_x: bool) -> None:
     """One model's line through its ok points (error bars of one std beyond `SEED_POINTS`
-    seeds), markers at some of them (`marked`), its seeds, and a hollow marker over each
+    seeds), markers at some of them (`marker_indices`), its seeds, and a hollow marker over each
     shown point that had not converged."""
     look = REFERENCE_LINE if model == REFERENCE else LINE
     style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
     name = f"{model} {note}" if note else model
     xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
     errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
-    shown = marked([p.converged is False for p in ok], xs, log_x)
+    shown = marker_indices([p.converged is False for p in ok], xs, log_x)
     drawn = ax.errorbar(
         xs, ys, yerr=errors if any(errors) else None, capsize=3, markevery=shown, **style, **look
     )
@@ -281,7 +281,7 @@ def draw_models(
     three seeds or fewer: each seed a small point; more: error bars of one std), and an x at
     the bottom for each failed or diverged point, with the reason (`draw_notes`). Softmax is a
     wide band under the others; `dodge` (log x axes) moves coinciding points of other models
-    apart (`Dodge`). A line of many points carries markers at some of them only (`marked`;
+    apart (`Dodge`). A line of many points carries markers at some of them only (`marker_indices`;
     `log_x`: spread along a log axis), its line drawn through all."""
     labels, dodged = Labels(ax), Dodge()
     for model, note, mine in series(points, list(apart)):
@@ -326,7 +326,7 @@ def length_figure(points: list[Point], point_keys: list[str], subtitle: str = ""
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in tested if in_panel(p, task, values)]
-        lines = along(mine, "test_length", lambda p: p.by_length)
+        lines = points_by_slice(mine, "test_length", lambda p: p.by_length)
         draw_models(ax, lines, lambda q: q.get("test_length"), lambda q: q.test_acc)
         trained = {p.seq_len for p in mine} - {None}
         for length in trained:
@@ -336,7 +336,7 @@ def length_figure(points: list[Point], point_keys: list[str], subtitle: str = ""
         ax.set_xlabel(AXIS_TITLES["test_length"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    drawn = along(tested, "test_length", lambda p: p.by_length)
+    drawn = points_by_slice(tested, "test_length", lambda p: p.by_length)
     finish(
         fig, axes, drawn, "Accuracy against test length", [], train_length=True, subtitle=subtitle
     )

@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 from harness.records.schema import OK
 from harness.report.baselines import coinciding
 from harness.report.figure_legend import baseline_curves, draw_baselines, finish
-from harness.report.figures import along, draw_models, in_panel, panels
+from harness.report.figures import draw_models, in_panel, panels, points_by_slice
 from harness.report.points import Point, sort_key
 from harness.report.style import (
     AXIS_TITLES,
@@ -130,14 +130,14 @@ def copy_figure(points: list[Point], point_keys: list[str], subtitle: str = "") 
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = [p for p in copy if in_panel(p, task, values)]
-        by_length = along(mine, "copy_len", lambda p: slice_values(p, "copy_len"))
+        by_length = points_by_slice(mine, "copy_len", lambda p: slice_values(p, "copy_len"))
         draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc, log_x=False)
         draw_baselines(ax, mine, None, coinciding(baseline_curves(copy, None)))
         ax.set_xlabel(AXIS_TITLES["copy_len"])
         accuracy_axis(ax)
         ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
     unplaced = [p for p in copy if p.status != OK]
-    drawn = [*along(copy, "copy_len", lambda p: slice_values(p, "copy_len")), *unplaced]
+    drawn = [*points_by_slice(copy, "copy_len", lambda p: slice_values(p, "copy_len")), *unplaced]
     title = "Copying: accuracy against string length"
     finish(fig, axes, drawn, title, unplaced, subtitle=subtitle)
     return fig

@@ -21,11 +21,13 @@ from models.backbone import LanguageModel
 from models.stack import HYBRID, resolved_layers
 from tasks import Task, build_task
 
-__all__ = ["BadInput", "Parts", "build", "check_added_keys", "resolved_model_params"]
+__all__ = ["BadInput", "BuiltRun", "build", "check_added_keys", "resolved_model_params"]
 
 
 @dataclass
-class Parts:
+class BuiltRun:
+    """What `build` makes of a run's config: its task, model, data and Lightning module."""
+
     task: Task
     model: LanguageModel
     data: TaskDataModule
@@ -73,7 +75,7 @@ def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> Bad
     return BadInput(f"{group}.{message}")
 
 
-def plain(node: Any) -> Any:
+def as_container(node: Any) -> Any:
     """A config node as plain Python containers (None stays None)."""
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
@@ -91,12 +93,12 @@ def build_data(cfg: DictConfig, task: Task, eval_seq_lens: list[int]) -> TaskDat
             seed=cfg.data.seed,
             eval_seq_lens=eval_seq_lens,
             cache_dir=cfg.data.cache_dir,
-            mixture=mixture_from_config(plain(cfg.task.get("mixture"))),
-            test_overrides=plain(cfg.task.get("test")),
+            mixture=mixture_from_config(as_container(cfg.task.get("mixture"))),
+            test_overrides=as_container(cfg.task.get("test")),
         )
 
 
-def build(cfg: DictConfig) -> Parts:
+def build(cfg: DictConfig) -> BuiltRun:
     """Construct task, model and data, or raise `BadInput` before any training."""
     check_run(cfg)
     try:
@@ -134,4 +136,4 @@ def build(cfg: DictConfig) -> Parts:
         warmup_fraction=cfg.optim.warmup_fraction,
         min_lr_ratio=cfg.optim.min_lr_ratio,
     )
-    return Parts(task, model, data, module)
+    return BuiltRun(task, model, data, module)

@@ -22,7 +22,9 @@ LINES_PER_JOB = 12
 """The most progress lines one run prints."""
 
 
-def due(step: int, max_steps: int, printed_at: int | None, lines: int = LINES_PER_JOB) -> bool:
+def progress_line_due(
+    step: int, max_steps: int, printed_at: int | None, lines: int = LINES_PER_JOB
+) -> bool:
     """Whether the validation at `step` gets a line, the last line having been at `printed_at`
     (None: none yet): the first, the budget's last, and one every `max_steps / lines` steps."""
     if printed_at is None or step >= max_steps:
@@ -53,7 +55,7 @@ class ProgressLines(L.Callback):
         if not (self.enabled and fitting and trainer.is_global_zero):
             return
         step, max_steps = trainer.global_step, trainer.max_steps
-        if not due(step, max_steps, self.printed_at, self.lines):
+        if not progress_line_due(step, max_steps, self.printed_at, self.lines):
             return
         self.printed_at = step
         elapsed, done = time.perf_counter() - self.start, step - self.start_step

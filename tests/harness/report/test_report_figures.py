@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from harness.records.sweep import load_sweep, sweep_description
-from harness.report.figures import MARKED, marked
+from harness.report.figures import MARKED, marker_indices
 from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
 from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
@@ -270,13 +270,13 @@ def test_a_sliced_line_of_two_seeds_draws_no_seed_points_it_does_not_have(tmp_pa
 
 
 def test_marked_points_include_each_end_of_a_not_converged_stretch() -> None:
-    assert marked([True] * 5, [1, 2, 3, 4, 5]) == [0, 1, 2, 3, 4]
+    assert marker_indices([True] * 5, [1, 2, 3, 4, 5]) == [0, 1, 2, 3, 4]
     hollow = [20 <= i <= 23 for i in range(45)]
-    shown = marked(hollow, list(range(4, 49)), log_x=False)
+    shown = marker_indices(hollow, list(range(4, 49)), log_x=False)
     assert {19, 20, 23, 24} <= set(shown) and len(shown) <= MARKED + 4
     # on a log axis the markers are spread in log x: as many in 32-181 as in 181-1024
     lengths = [32 * 2 ** (k / 8) for k in range(41)]
-    logged = [lengths[i] for i in marked([False] * 41, lengths)]
+    logged = [lengths[i] for i in marker_indices([False] * 41, lengths)]
     assert abs(sum(x < 181 for x in logged) - sum(x > 181 for x in logged)) <= 1
 
 

@@ -5,7 +5,7 @@ import re
 
 from harness.train import run
 from harness.training.console import progress_line
-from harness.training.progress import LINES_PER_JOB, due
+from harness.training.progress import LINES_PER_JOB, progress_line_due
 from tests.conftest import SMOKE
 
 LINE = re.compile(
@@ -25,7 +25,7 @@ def printed_steps(max_steps: int, interval: int) -> list[int]:
     """The validation steps that get a line, validating every `interval` steps."""
     printed: list[int] = []
     for step in range(interval, max_steps + 1, interval):
-        if due(step, max_steps, printed[-1] if printed else None):
+        if progress_line_due(step, max_steps, printed[-1] if printed else None):
             printed.append(step)
     return printed
 

@@ -84,12 +84,16 @@ class Protocol(Part):
 
 
 class Threads(Part):
+    """`threads`: the torch threads at the start, why, and each change while training."""
+
     count: int
     why: str
     changes: list[list[int]]
 
 
 class WandbRun(Part):
+    """`wandb`: the run's W&B mode, id and local folder."""
+
     mode: str
     id: str
     run_dir: str

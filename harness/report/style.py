@@ -98,12 +98,19 @@ VARIANT_MARKERS = "".join(dict.fromkeys(m for m in MARKERS if m not in TRIANGLES
 any of them may sit in a capacity figure."""
 
 
+VARIANT_MARKER: dict[str, str] = {}
+"""The marker each name outside the registry got, in order of appearance."""
+
+
 def marker(model: str) -> str:
-    """The model's marker: its own (`MARKERS`) for a registered mixer; for any other name one
-    of `VARIANT_MARKERS`, chosen by the name."""
+    """The model's marker: its own (`MARKERS`) for a registered mixer; for any other name the
+    next of `VARIANT_MARKERS` in order of appearance (as its colour), so that the variants of
+    one figure differ in marker as well as colour."""
     if model in KNOWN_MODELS:
         return MARKERS[STYLED.index(model) % len(MARKERS)]
-    return VARIANT_MARKERS[sum(map(ord, model)) % len(VARIANT_MARKERS)]
+    if model not in VARIANT_MARKER:
+        VARIANT_MARKER[model] = VARIANT_MARKERS[len(VARIANT_MARKER) % len(VARIANT_MARKERS)]
+    return VARIANT_MARKER[model]
 
 
 def describe(params: dict[str, Any]) -> str:

@@ -95,6 +95,8 @@ def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
     assert triangled == {"identity", "rff", "rwkv", "sliding_window"}
     hybrids = ["gdn+gdn", "gla+gla", "gla+softmax", "linear elu", "mamba2+swa"]
     assert not [name for name in hybrids if marker(name) in "^>v<"]
+    variants = ["linear elu", "linear taylor", "linear favor", "deltanet+swa"]
+    assert len({marker(name) for name in variants}) == len(variants)  # distinct in one figure
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:

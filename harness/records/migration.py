@@ -1,25 +1,20 @@
 """An older record brought up to this version's layout (`harness.records.schema.SCHEMA_VERSION`),
 as every reader of records gets it (`read_summary`, `records_of`), so that no reader keeps a
-fallback of its own; the report's reading also holds it to the record's types
-(`harness.records.record_model`)."""
+fallback of its own."""
 
 from harness.config.hashing import identity_hash
-from harness.records.record_model import checked
 from harness.records.schema import SCHEMA_VERSION
 
 
-def migrated(record: dict, where: str | None = None) -> dict:
-    """`record` in the current layout; with `where` (the report's reading) also checked
-    (`checked`: `NotARecord` naming `where` and the key when it is not a record), without it
-    as it is (training's reading, which a broken line of its sweep must not stop); a current
-    one is returned as it is. From version 1
+def migrated(record: dict) -> dict:
+    """`record` in the current layout; a current one is returned as it is. From version 1
     (no `schema_version`):
     - `config_hash` recomputed from the record's own `config` by the settings' roles, so that
       an older run and a rerun of its command share a hash (a sweep rerun into its folder skips
       it); a record without its config keeps its hash;
     - its `state` completed (`completed_state`)."""
     if record.get("schema_version", 1) >= SCHEMA_VERSION:
-        return record if where is None else checked(record, where)
+        return record
     upgraded = {**record, "schema_version": SCHEMA_VERSION}
     config = record.get("config")
     if isinstance(config, dict):
@@ -27,7 +22,7 @@ def migrated(record: dict, where: str | None = None) -> dict:
     if isinstance(record.get("state"), dict):
         backbone = (config or {}).get("backbone") or {}
         upgraded["state"] = completed_state(record["state"], backbone)
-    return upgraded if where is None else checked(upgraded, where)
+    return upgraded
 
 
 def completed_state(state: dict, backbone: dict) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.records.files import jsonable
 from harness.records.migration import migrated
+from harness.records.record_model import checked
 from harness.records.schema import SUMMARY
 
 
@@ -30,13 +31,14 @@ def append_summary(sweep_dir: Path, record: dict) -> Path:
 
 def read_summary(sweep_dir: Path, check: bool = False) -> list[dict]:
     """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped), in
-    the current layout (`migrated`); `check`: each held to the record's types."""
+    the current layout (`migrated`); `check`: each held to the record's types (`checked`; a
+    sweep's own reading does not check, so that a broken line never stops it)."""
     path = Path(sweep_dir) / SUMMARY
     if not path.exists():
         return []
     records = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         with contextlib.suppress(json.JSONDecodeError):
-            where = f"{path}, line {number}" if check else None
-            records.append(migrated(json.loads(line), where))
+            record = migrated(json.loads(line))
+            records.append(checked(record, f"{path}, line {number}") if check else record)
     return records

@@ -19,6 +19,7 @@ import pandas as pd
 from harness.records.files import write_atomic
 from harness.records.migration import migrated
 from harness.records.record import model_label
+from harness.records.record_model import checked
 from harness.records.schema import RECORD
 from harness.records.summary import read_summary
 from models.stack import HYBRID, layers_text
@@ -49,7 +50,8 @@ def records_of(folder: str | Path, check: bool = False) -> list[dict]:
         if {"report", "wandb"} & set(path.relative_to(folder).parts[:-1]):
             continue
         try:
-            record = migrated(json.loads(path.read_text()), str(path) if check else None)
+            record = migrated(json.loads(path.read_text()))
+            record = checked(record, str(path)) if check else record
             written = path.stat().st_mtime
         except (OSError, json.JSONDecodeError):
             continue

@@ -81,9 +81,14 @@ def colour(model: str) -> Any:
         return "black"
     if model in KNOWN_MODELS:
         return PALETTE[(STYLED.index(model) - 1) % len(PALETTE)]
-    if model not in VARIANT_COLOURS:
-        VARIANT_COLOURS[model] = VARIANT_PALETTE[len(VARIANT_COLOURS) % len(VARIANT_PALETTE)]
-    return VARIANT_COLOURS[model]
+    return in_order_of_appearance(model, VARIANT_COLOURS, VARIANT_PALETTE)
+
+
+def in_order_of_appearance(name: str, handed: dict, choices: Sequence) -> Any:
+    """What `handed` gave `name`, else the next of `choices` (cycling), handed to it now."""
+    if name not in handed:
+        handed[name] = choices[len(handed) % len(choices)]
+    return handed[name]
 
 
 def model_order(model: str) -> tuple:
@@ -108,9 +113,7 @@ def marker(model: str) -> str:
     one figure differ in marker as well as colour."""
     if model in KNOWN_MODELS:
         return MARKERS[STYLED.index(model) % len(MARKERS)]
-    if model not in VARIANT_MARKER:
-        VARIANT_MARKER[model] = VARIANT_MARKERS[len(VARIANT_MARKER) % len(VARIANT_MARKERS)]
-    return VARIANT_MARKER[model]
+    return in_order_of_appearance(model, VARIANT_MARKER, VARIANT_MARKERS)
 
 
 def describe(params: dict[str, Any]) -> str:

@@ -36,10 +36,10 @@ def test_an_older_record_migrates_to_the_hash_its_command_has_now(make_cfg) -> N
 
 
 def test_a_record_of_another_shape_is_refused_with_its_place_and_key() -> None:
-    """Every reader gets records held to `harness.records.record_model.Record`: a missing or
+    """The report's reading holds records to `harness.records.record_model.Record`: a missing or
     mistyped key, or one the record does not declare, is one line naming where and which."""
     good = record("deltanet")
-    assert migrated(good, "sweep, line 3") is good
+    assert checked(good, "sweep, line 3") is good
     for broken, key in [
         ({**good, "train": {**good["train"], "steps": "many"}}, "train.steps"),
         ({**good, "status": "finished"}, "status"),
@@ -47,7 +47,7 @@ def test_a_record_of_another_shape_is_refused_with_its_place_and_key() -> None:
         ({k: v for k, v in good.items() if k != "run_dir"}, "run_dir"),
     ]:
         with pytest.raises(ValueError, match=rf"^sweep, line 3: {key}: "):
-            migrated(broken, "sweep, line 3")
+            checked(broken, "sweep, line 3")
 
 
 def test_an_older_state_gets_the_mixers_floats_without_the_conv_window() -> None:

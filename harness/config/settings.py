@@ -227,6 +227,29 @@ class Logger:
     init_timeout: float = setting(15, above=0, note="seconds", role=PLUMBING)
 
 
+def figures_ok(value: Any) -> bool:
+    """`report.figures`: figures the report can draw (`harness.report.figure_specs`); a
+    mistake raises its own `ValueError`, naming the figure's key."""
+    from harness.report.figure_specs import specs_of
+
+    specs_of(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
+    return True
+
+
+@dataclass(frozen=True)
+class Report:
+    """The figures a preset's report draws (`harness.report.figure_specs`); how records are
+    read, not what a run measures."""
+
+    figures: Any = setting(
+        ABSENT,
+        check=figures_ok,
+        allowed="a mapping from file name to {kind, x, panels, ticks, hue} "
+        "(harness/report/figure_specs.py)",
+        role=READOUT,
+    )
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Every run-level setting (the top-level keys of `conf/config.yaml`, and `trainer`,
@@ -244,6 +267,7 @@ class RunSettings:
     optim: Optim = field(default_factory=Optim)
     trainer: Trainer = field(default_factory=Trainer)
     logger: Logger = field(default_factory=Logger)
+    report: Report = field(default_factory=Report)
 
 
 @dataclass(frozen=True)
@@ -366,7 +390,8 @@ def role_of(key: str) -> str:
     `backbone.*`) is identity."""
     if key == "hydra" or key.startswith("hydra."):
         return PLUMBING
-    spec = declared().get(key)
+    within = [s for k, s in declared().items() if key.startswith(f"{k}.")]  # report.figures.*
+    spec = declared().get(key) or next(iter(within), None)
     return spec.role if spec else GROUP_ROLES.get(key, IDENTITY)
 
 

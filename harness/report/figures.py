@@ -22,7 +22,8 @@ from harness.report.figure_legend import (
     draw_baselines,
     finish,
 )
-from harness.report.points import STATE_FLOATS, Point, as_key, covaries, missing, sort_key
+from harness.report.figure_specs import STATE, FigureSpec
+from harness.report.points import STATE_FLOATS, Point, as_key, missing, sort_key
 from harness.report.style import (
     AXIS_TITLES,
     REFERENCE,
@@ -100,34 +101,20 @@ def in_panel(point: Point, task: str, values: dict[str, Any]) -> bool:
     )
 
 
-def split(
-    points: list[Point], x: str, point_keys: list[str], chosen: list[str] | None = None
-) -> tuple[list[str], list[str], list[str]]:
-    """(panel keys, keys swept together with x, other keys): a varied parameter other than x
-    that is a function of x for every model only annotates points; of the rest, those the
-    reader swept (`chosen`, the sweep's `swept`; all of them when unknown) make panels, and
-    the others (a budget raised in a separate command) set points apart on their line."""
-    others = [k for k in point_keys if k != x]
-    together = [k for k in others if covaries(points, k, x)]
-    rest = [k for k in others if k not in together]
-    if chosen is None:
-        return rest, together, []
-    return [k for k in rest if k in chosen], together, [k for k in rest if k not in chosen]
-
-
 def accuracy_figure(
-    points: list[Point],
-    x: str,
-    point_keys: list[str],
-    title: str,
-    subtitle: str = "",
-    chosen: list[str] | None = None,
+    points: list[Point], point_keys: list[str], spec: FigureSpec, title: str, subtitle: str = ""
 ) -> Figure | None:
-    """Test accuracy against `x` (a parameter or `STATE_FLOATS`), log2 axis."""
+    """Test accuracy against the spec's x (a parameter, or the state: `STATE_FLOATS`), log2
+    axis, a panel per value of its `panels`, its `ticks` under the x values (or beside each
+    point where they differ between models); the other varied parameters set points apart on
+    their line (`series`). None where x was not varied."""
+    x = STATE_FLOATS if spec.x == STATE else spec.x
     drawable = [p for p in points if not missing(p.get(x))]
     if len({as_key(p.get(x)) for p in drawable}) < 2:
         return None  # x was not varied: nothing to draw against
-    panel_keys, together, apart = split(drawable, x, point_keys, chosen)
+    panel_keys = [k for k in spec.panels if k in point_keys]
+    together = [k for k in spec.ticks if k in point_keys]
+    apart = [k for k in point_keys if k not in (x, *panel_keys, *together)]
     layout = panels(drawable, panel_keys)
     fig, axes = grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):

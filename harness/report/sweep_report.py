@@ -15,6 +15,13 @@ from harness.report.budget import budget
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
 from harness.report.capacity_runs import capacity_runs
+from harness.report.figure_specs import (
+    ACCURACY,
+    STATE,
+    FigureSpec,
+    declared_figures,
+    default_figures,
+)
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -83,15 +90,17 @@ def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
     ]
 
 
-def variants(points: list[Point], point_keys: list[str]) -> tuple[list[Point], list[str]]:
-    """Swept model parameters whose values are names (`model.feature_map`: elu, taylor, favor)
-    make variants of a model, drawn as lines of their own ("linear elu") in one panel, so
-    that they compare at equal x; numeric ones (`model.feature_dim`) stay axes or panels."""
-    named = [
-        key
-        for key in point_keys
-        if key.startswith("model.") and any(isinstance(p.get(key), str) for p in points)
-    ]
+def variants(
+    points: list[Point], point_keys: list[str], hue: tuple[str, ...] | None = None
+) -> tuple[list[Point], list[str]]:
+    """The `hue` parameters' values join the model's name ("linear elu"): variants of a model,
+    drawn as lines of their own in one panel, so that they compare at equal x. By default
+    (`hue` None) the swept model parameters whose values are names (`model.feature_map`: elu,
+    taylor, favor); numeric ones (`model.feature_dim`) stay axes or panels."""
+    if hue is None:
+        strings = [k for k in point_keys if any(isinstance(p.get(k), str) for p in points)]
+        hue = tuple(k for k in strings if k.startswith("model."))
+    named = [key for key in point_keys if key in hue]
     if not named:
         return points, point_keys
     renamed = [
@@ -117,52 +126,60 @@ def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None
     return [key for key in axes if key in kept]
 
 
+def figure_specs(
+    points: list[Point], point_keys: list[str], chosen: list[str] | None, experiment: str | None
+) -> list[FigureSpec]:
+    """The figures the preset declares (`harness.report.figure_specs`), else the default rule's:
+    of two task parameters that are functions of each other, one is an x (`distinct_axes`)."""
+    declared = declared_figures(experiment)
+    if declared is not None:
+        return declared
+    points, point_keys = variants(points, point_keys)
+    axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
+
+    def together(key: str, x: str) -> bool:
+        return covaries(points, key, STATE_FLOATS if x == STATE else x)
+
+    load_curves = any(p.capacity for p in points)
+    return default_figures(axes, point_keys, chosen, together, load_curves)
+
+
 def draw(
     points: list[Point],
     point_keys: list[str],
     rows: list[dict],
-    chosen: list[str] | None = None,
+    specs: list[FigureSpec],
     laws: dict[str, MixerLaw] | None = None,
     threshold: float | None = None,
 ) -> dict[str, Figure]:
-    """Every figure the points call for, by file name (a figure for a variable that was not
-    varied, or a task that is not there, is left out; of two axes that are the same plot,
-    one); `rows`, the jobs behind them, give a load curve's seeds and every figure's budget;
-    `chosen`, the parameters the sweep's commands swept, split panels (all varied ones when
-    unknown); `laws` and `threshold`, the capacity law's. For load curves the accuracy against
-    state is left out: its accuracy would be a token-weighted mean over the tested loads, no
-    one load and no readout; the capacity figure (or the load curves' legend) gives the
-    readout against the state."""
+    """The figures of `specs` by file name, those the records hold (a figure for a variable
+    that was not varied, or a task that is not there, is left out); `rows`, the jobs behind
+    them, give a load curve's seeds and every figure's budget; `laws` and `threshold`, the
+    capacity law's. The default rule leaves the accuracy against state out of load curves:
+    its accuracy would be a token-weighted mean over the tested loads, no one load and no
+    readout; the capacity figure (or the load curves' legend) gives the readout against
+    the state."""
     threshold = default_threshold() if threshold is None else threshold
     runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
-    points, point_keys = variants(points, point_keys)
+    named, named_keys = variants(points, point_keys)
     subtitle = budget(rows)
-    axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
-    capacity = capacity_figure(runs, rows, laws or {}, threshold)
-    figures = {
-        "acc_vs_load": load_figure(points, point_keys, rows, threshold),  # the headline
-        "capacity_vs_state": capacity,
-        **{
-            f"acc_vs_{key.split('.', 1)[1]}": accuracy_figure(
-                points, key, point_keys, f"Accuracy against {short(key)}", subtitle, chosen
-            )
-            for key in axes
-        },
-        "acc_vs_state": None
-        if any(p.capacity for p in points)
-        else accuracy_figure(
-            points,
-            STATE_FLOATS,
-            point_keys,
-            "Accuracy against state size",
-            subtitle,
-            chosen,
+    drawers = {
+        "load_curve": lambda _: load_figure(named, named_keys, rows, threshold),
+        "capacity": lambda _: capacity_figure(runs, rows, laws or {}, threshold),
+        "test_length": lambda _: length_figure(named, named_keys, subtitle),
+        "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
+        "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
+        ACCURACY: lambda spec: accuracy_figure(
+            *variants(points, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
         ),
-        "acc_vs_test_length": length_figure(points, point_keys, subtitle),
-        "needle_heatmap": needle_heatmap(points, point_keys, subtitle),
-        "copy_vs_length": copy_figure(points, point_keys, subtitle),
     }
-    return {name: figure for name, figure in figures.items() if figure is not None}
+    # the capacity figure first: a name outside the registry gets its colour there first
+    drawn = {s.name: drawers[s.kind](s) for s in sorted(specs, key=lambda s: s.kind != "capacity")}
+    return {s.name: drawn[s.name] for s in specs if drawn[s.name] is not None}
+
+
+def accuracy_title(spec: FigureSpec) -> str:
+    return "Accuracy against state size" if spec.x == STATE else f"Accuracy against {short(spec.x)}"
 
 
 def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
@@ -227,11 +244,13 @@ def report(
     notes = opening_notes(rows, swept, lr_grid)
     names = variant_names(points, point_keys)
     laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
-    drawn = draw(points, point_keys, rows, description.get("swept"), laws, threshold)
+    chosen = description.get("swept")
+    specs = figure_specs(points, point_keys, chosen, description.get("experiment"))
+    drawn = draw(points, point_keys, rows, specs, laws, threshold)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
     notes.extend(law_notes(laws))
     table = point_rows(points, point_keys, lr_grid, threshold, laws, names)
-    problems = problem_rows(rows, description.get("swept") or point_keys)
+    problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows, threshold)
     origin = provenance(sweep, description, rows)

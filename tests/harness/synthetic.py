@@ -191,10 +191,16 @@ GAP_ACCURACY = {
 GAP_SWEPT = ["model", "task.num_kv_pairs", "optim.lr"]
 
 
-def retrieval_gap(folder: Path, seeds: int = 1, swept: list[str] | None = GAP_SWEPT) -> Path:
+def retrieval_gap(
+    folder: Path,
+    seeds: int = 1,
+    swept: list[str] | None = GAP_SWEPT,
+    experiment: str | None = "retrieval_gap",
+) -> Path:
     """`experiment=retrieval_gap`: four mixers at 4, 8, 16 pairs (seq_len = 8 x pairs, batch
     = 4,096 / seq_len), two learning rates, `seeds` seeds, 1,500 steps; `in_context` equals
-    `elimination` (Zoology's layout); `sweep.json` names the `swept` keys (none: no file)."""
+    `elimination` (Zoology's layout); `sweep.json` names the `swept` keys and the `experiment`
+    (`swept` None: no file)."""
     records = []
     for model, accs in GAP_ACCURACY.items():
         for kv, acc in zip((4, 8, 16), accs, strict=True):
@@ -225,7 +231,7 @@ def retrieval_gap(folder: Path, seeds: int = 1, swept: list[str] | None = GAP_SW
             "command": "python run.py -m experiment=retrieval_gap logger=none",
             "jobs": len(records),
             "swept": swept,
-            "experiment": "retrieval_gap",
+            "experiment": experiment,
             "logger": {"name": "none"},
             "started": "2026-12-01T09:00:00",
         }

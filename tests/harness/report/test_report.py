@@ -11,17 +11,10 @@ import pytest
 from matplotlib.lines import Line2D
 
 from harness.records.sweep import load_sweep
-from harness.report.points import (
-    AVERAGED,
-    SELECTED,
-    aggregate,
-    clean_rows,
-    parameter_columns,
-    varied,
-)
 from harness.report.style import KNOWN_MODELS, MARKERS, STYLED, colour, marker
-from harness.report.sweep_report import draw, report
+from harness.report.sweep_report import report
 from models import MIXERS
+from tests.harness.report.drawn import figures_of
 from tests.harness.synthetic import (
     FRONTIER_MODELS,
     NEEDLE_MODELS,
@@ -31,16 +24,6 @@ from tests.harness.synthetic import (
     state_frontier,
     write_sweep,
 )
-
-
-def figures_of(sweep: Path) -> dict:
-    """The report's figures of `sweep`, drawn but not saved."""
-    rows = clean_rows(load_sweep(sweep))
-    point_keys = [c for c in varied(rows, parameter_columns(rows)) if c not in AVERAGED + SELECTED]
-    figures = draw(aggregate(rows, point_keys), point_keys, rows)
-    for figure in figures.values():
-        figure.canvas.draw()
-    return figures
 
 
 def lines(ax, kind: str) -> dict[str, object]:

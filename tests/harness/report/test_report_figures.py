@@ -9,13 +9,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from harness.records.sweep import load_sweep, sweep_description
 from harness.report.figures import MARKED, marker_indices
-from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
-from harness.report.points import varied as varied_columns
 from harness.report.slices import CELL_FONT
 from harness.report.style import HOLLOW, KNOWN_MODELS, marker
-from harness.report.sweep_report import draw
+from tests.harness.report.drawn import figures_of
 from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
 
 COPY_LENGTHS = range(4, 49)
@@ -53,18 +50,6 @@ def copy_length(folder: Path, seeds: int = 1) -> Path:
             r["config"]["trainer"]["max_steps"] = 2000
             records.append(r)
     return write_sweep(folder, records)
-
-
-def figures_of(sweep: Path) -> dict:
-    """The report's figures of `sweep` (panels by its `sweep.json`'s swept keys when present)."""
-    rows = clean_rows(load_sweep(sweep))
-    swept = varied_columns(rows, parameter_columns(rows))
-    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    chosen = sweep_description(sweep).get("swept")
-    figures = draw(aggregate(rows, point_keys), point_keys, rows, chosen)
-    for figure in figures.values():
-        figure.canvas.draw()
-    return figures
 
 
 def by_gid(ax, kind: str) -> dict:
@@ -106,13 +91,27 @@ def test_equal_baselines_share_one_line_and_one_legend_entry(tmp_path: Path) -> 
     assert sorted(by_gid(figure.axes[0], "baseline")) == ["chance", "in_context"]
 
 
+def test_a_preset_draws_the_figures_it_declares(tmp_path: Path) -> None:
+    """conf/experiment/retrieval_gap.yaml: accuracy against the pairs, the length and batch
+    under its ticks; accuracy against the state, a panel per number of pairs."""
+    by_length = ["model", "task.seq_len", "optim.lr"]  # whatever the command named
+    figures = figures_of(retrieval_gap(tmp_path / "gap", swept=by_length))
+    assert list(figures) == ["acc_vs_num_kv_pairs", "acc_vs_state"]
+    ax = figures["acc_vs_num_kv_pairs"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "4\nseq_len=32\nbatch_size=128"
+    titles = [ax.get_title() for ax in figures["acc_vs_state"].axes]
+    assert titles == [f"assoc_recall · kv pairs={n}" for n in (4, 8, 16)]
+
+
 def test_two_co_varying_axes_make_one_figure_the_swept_one(tmp_path: Path) -> None:
-    figures = figures_of(retrieval_gap(tmp_path / "gap"))
+    """The default rule (no preset): of two x axes that are functions of each other, the one
+    the command swept, the other under its ticks."""
+    figures = figures_of(retrieval_gap(tmp_path / "gap", experiment=None))
     assert "acc_vs_num_kv_pairs" in figures and "acc_vs_seq_len" not in figures
     ax = figures["acc_vs_num_kv_pairs"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "4\nseq_len=32\nbatch_size=128"
-    # a sweep that named the length instead draws the length
-    sweep = retrieval_gap(tmp_path / "by_length", swept=["model", "task.seq_len", "optim.lr"])
+    by_length = ["model", "task.seq_len", "optim.lr"]
+    sweep = retrieval_gap(tmp_path / "by_length", swept=by_length, experiment=None)
     assert {"acc_vs_seq_len", "acc_vs_state"} == set(figures_of(sweep))
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from omegaconf import DictConfig, OmegaConf
 
 from common.checks import is_int, is_real, require
+from harness.config.figure_specs import specs_of
 from harness.config.framework_internals import lightning_precisions
 from harness.readouts.convergence import MIN_DELTA
 
@@ -228,24 +229,22 @@ class Logger:
 
 
 def figures_ok(value: Any) -> bool:
-    """`report.figures`: figures the report can draw (`harness.report.figure_specs`); a
+    """`report.figures`: figures the report can draw (`harness.config.figure_specs`); a
     mistake raises its own `ValueError`, naming the figure's key."""
-    from harness.report.figure_specs import specs_of
-
     specs_of(OmegaConf.to_container(value) if isinstance(value, DictConfig) else value)
     return True
 
 
 @dataclass(frozen=True)
 class Report:
-    """The figures a preset's report draws (`harness.report.figure_specs`); how records are
+    """The figures a preset's report draws (`harness.config.figure_specs`); how records are
     read, not what a run measures."""
 
     figures: Any = setting(
         ABSENT,
         check=figures_ok,
         allowed="a mapping from file name to {kind, x, panels, ticks, hue} "
-        "(harness/report/figure_specs.py)",
+        "(harness/config/figure_specs.py)",
         role=READOUT,
     )
 

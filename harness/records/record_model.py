@@ -12,13 +12,13 @@ from harness.records.schema import SCHEMA_VERSION, STATUSES
 Number = int | float
 
 
-class Part(BaseModel):
+class Block(BaseModel):
     """A block of the record: only its declared keys."""
 
     model_config = ConfigDict(extra="forbid")
 
 
-class State(Part):
+class StateBlock(Block):
     """`state`: the floats a layer carries to the next token, and its rank bound (§17)."""
 
     floats_per_layer: Number
@@ -35,7 +35,7 @@ class State(Part):
     layers: list[dict] | None = None
 
 
-class Train(Part):
+class TrainBlock(Block):
     """`train`: how long it trained, its validation curve, and whether it converged."""
 
     steps: int
@@ -55,7 +55,7 @@ class Train(Part):
 Censoring = Literal[LEFT, RIGHT] | None
 
 
-class Capacity(Part):
+class CapacityBlock(Block):
     """`capacity`: the load curve's readouts (`harness.readouts.capacity.readout`)."""
 
     load: str
@@ -75,7 +75,7 @@ class Capacity(Part):
     why: str | None = None
 
 
-class Protocol(Part):
+class ProtocolBlock(Block):
     """`protocol`: what the capacity protocol derived from the cell's rank bound."""
 
     rank_bound_stack: int | None
@@ -83,7 +83,7 @@ class Protocol(Part):
     seq_len: int
 
 
-class Threads(Part):
+class ThreadsBlock(Block):
     """`threads`: the torch threads at the start, why, and each change while training."""
 
     count: int
@@ -91,7 +91,7 @@ class Threads(Part):
     changes: list[list[int]]
 
 
-class WandbRun(Part):
+class WandbRunBlock(Block):
     """`wandb`: the run's W&B mode, id and local folder."""
 
     mode: str
@@ -99,7 +99,7 @@ class WandbRun(Part):
     run_dir: str
 
 
-class Evaluated(Part):
+class EvaluatedBlock(Block):
     """`evaluated`: in a re-test's record, the run it re-tested."""
 
     run_dir: str
@@ -107,7 +107,7 @@ class Evaluated(Part):
     trained_seq_len: int | None
 
 
-class Record(Part):
+class Record(Block):
     """A run's `results.json` (and a line of a sweep's `summary.jsonl`)."""
 
     schema_version: Literal[SCHEMA_VERSION]
@@ -121,15 +121,15 @@ class Record(Part):
     config_hash: str | None = None
     choices: dict[str, str | None] = {}
     num_params: int | None = None
-    state: State | None = None
+    state: StateBlock | None = None
     metrics: dict[str, Number | None] = {}
-    train: Train | None = None
-    capacity: Capacity | None = None
-    protocol: Protocol | None = None
-    threads: Threads | None = None
-    wandb: WandbRun | None = None
+    train: TrainBlock | None = None
+    capacity: CapacityBlock | None = None
+    protocol: ProtocolBlock | None = None
+    threads: ThreadsBlock | None = None
+    wandb: WandbRunBlock | None = None
     weights: str | None = None
-    evaluated: Evaluated | None = None
+    evaluated: EvaluatedBlock | None = None
     error: str | None = None
     finished_at: str | None = None
     run_dir: str

@@ -7,7 +7,7 @@ declares (`report.figures` in `conf/experiment/<name>.yaml`; without one, the de
 `acc_vs_<task parameter>.png` for each varied numeric task parameter, one of two that are
 functions of each other, `acc_vs_state.png`, `acc_vs_load.png`, `capacity_vs_state.png`,
 `acc_vs_test_length.png`, `needle_heatmap.png`, `copy_vs_length.png`;
-`harness.report.figure_specs`), each where its records hold it, and `report.html` (one
+`harness.config.figure_specs`), each where its records hold it, and `report.html` (one
 self-contained page: the verdicts, the figures with their captions, the table, the failed
 jobs, the provenance and the settings). The default rule's panels split by the parameters the
 sweep's commands swept (`sweep.json`: `swept`). The table is printed (with each mixer's

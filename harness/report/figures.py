@@ -12,6 +12,7 @@ from typing import Any
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 
+from harness.config.figure_specs import STATE, FigureSpec
 from harness.records.schema import OK
 from harness.report.baselines import coinciding
 from harness.report.figure_legend import (
@@ -22,7 +23,6 @@ from harness.report.figure_legend import (
     draw_baselines,
     finish,
 )
-from harness.report.figure_specs import STATE, FigureSpec
 from harness.report.points import STATE_FLOATS, Point, as_key, missing, sort_key
 from harness.report.style import (
     AXIS_TITLES,

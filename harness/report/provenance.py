@@ -8,14 +8,13 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from harness.config.group_nodes import ROOT
 from harness.records.schema import SUMMARY
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def git(*args: str) -> str:
     done = subprocess.run(
-        ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10, check=True
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10, check=True
     )
     return done.stdout.strip()
 

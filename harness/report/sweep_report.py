@@ -9,19 +9,19 @@ from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
 from common.checks import is_real
+from harness.config.figure_specs import (
+    ACCURACY_FIGURE,
+    STATE,
+    FigureSpec,
+    declared_figures,
+    default_figures,
+)
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
 from harness.report.capacity_runs import capacity_runs
-from harness.report.figure_specs import (
-    ACCURACY,
-    STATE,
-    FigureSpec,
-    declared_figures,
-    default_figures,
-)
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -129,7 +129,7 @@ def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None
 def figure_specs(
     points: list[Point], point_keys: list[str], chosen: list[str] | None, experiment: str | None
 ) -> list[FigureSpec]:
-    """The figures the preset declares (`harness.report.figure_specs`), else the default rule's:
+    """The figures the preset declares (`harness.config.figure_specs`), else the default rule's:
     of two task parameters that are functions of each other, one is an x (`distinct_axes`)."""
     declared = declared_figures(experiment)
     if declared is not None:
@@ -169,7 +169,7 @@ def draw(
         "test_length": lambda _: length_figure(named, named_keys, subtitle),
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
-        ACCURACY: lambda spec: accuracy_figure(
+        ACCURACY_FIGURE: lambda spec: accuracy_figure(
             *variants(points, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
         ),
     }

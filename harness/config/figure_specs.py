@@ -28,8 +28,15 @@ from omegaconf import OmegaConf
 
 from harness.config.group_nodes import CONF_DIR
 
-ACCURACY = "accuracy"
-KINDS = (ACCURACY, "load_curve", "capacity", "test_length", "needle_heatmap", "copy_vs_length")
+ACCURACY_FIGURE = "accuracy"
+FIGURE_KINDS = (
+    ACCURACY_FIGURE,
+    "load_curve",
+    "capacity",
+    "test_length",
+    "needle_heatmap",
+    "copy_vs_length",
+)
 STATE = "state"
 """`x: state`: the mixer's state in floats per layer (softmax: its KV cache)."""
 FIELDS = ("kind", "x", "panels", "ticks", "hue")
@@ -40,7 +47,7 @@ class FigureSpec:
     """One figure of a report: its file name (`<name>.png`) and what it shows."""
 
     name: str
-    kind: str = ACCURACY
+    kind: str = ACCURACY_FIGURE
     x: str | None = None
     panels: tuple[str, ...] = ()
     ticks: tuple[str, ...] = ()
@@ -69,10 +76,12 @@ def spec_of(name: str, fields: dict[str, Any]) -> FigureSpec:
     unknown = sorted(set(fields) - set(FIELDS))
     if unknown:
         raise ValueError(f"{where}.{unknown[0]} is invalid: must be one of {', '.join(FIELDS)}")
-    kind = fields.get("kind", ACCURACY)
-    if kind not in KINDS:
-        raise ValueError(f"{where}.kind={kind!r} is invalid: must be one of {', '.join(KINDS)}")
-    if kind == ACCURACY and not isinstance(fields.get("x"), str):
+    kind = fields.get("kind", ACCURACY_FIGURE)
+    if kind not in FIGURE_KINDS:
+        raise ValueError(
+            f"{where}.kind={kind!r} is invalid: must be one of {', '.join(FIGURE_KINDS)}"
+        )
+    if kind == ACCURACY_FIGURE and not isinstance(fields.get("x"), str):
         raise ValueError(f"{where}.x={fields.get('x')!r} is invalid: must be a parameter or state")
     hue = fields.get("hue")
     return FigureSpec(
@@ -113,5 +122,5 @@ def default_figures(
         ticks = [k for k in point_keys if k != x and together(k, x)]
         panels = [k for k in point_keys if k != x and k not in ticks]
         panels = [k for k in panels if chosen is None or k in chosen]
-        specs.append(FigureSpec(f"acc_vs_{x.split('.', 1)[-1]}", ACCURACY, x, panels, ticks))
+        specs.append(FigureSpec(f"acc_vs_{x.split('.', 1)[-1]}", ACCURACY_FIGURE, x, panels, ticks))
     return [*map(of_kind, LEADING), *specs, *map(of_kind, TRAILING)]

@@ -5,10 +5,10 @@ config hash alone (it says how records are read, not what a run measures)."""
 import pytest
 from omegaconf import OmegaConf, open_dict
 
+from harness.config.figure_specs import ACCURACY_FIGURE, STATE, declared_figures, specs_of
 from harness.config.group_nodes import CONF_DIR
 from harness.config.hashing import config_hash
 from harness.config.settings import check_settings
-from harness.report.figure_specs import ACCURACY, STATE, declared_figures, specs_of
 
 PRESETS = sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml"))
 
@@ -19,7 +19,7 @@ def test_every_preset_declares_figures_of_keys_it_has(make_cfg, preset: str) -> 
     assert specs, f"{preset} declares no figures"
     cfg = make_cfg([f"experiment={preset}"])
     for spec in specs:
-        keys = [spec.x] if spec.kind == ACCURACY and spec.x != STATE else []
+        keys = [spec.x] if spec.kind == ACCURACY_FIGURE and spec.x != STATE else []
         keys += [*spec.panels, *spec.ticks, *(spec.hue or ())]
         for key in keys:
             assert OmegaConf.select(cfg, key, default="absent") != "absent", (preset, key)

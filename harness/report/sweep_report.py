@@ -129,11 +129,12 @@ def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None
 def figure_specs(
     points: list[Point], point_keys: list[str], chosen: list[str] | None, experiment: str | None
 ) -> list[FigureSpec]:
-    """The figures the preset declares (`harness.config.figure_specs`), else the default rule's:
-    of two task parameters that are functions of each other, one is an x (`distinct_axes`)."""
+    """The figures the preset declares (`harness.config.figure_specs`; a parameter the command
+    swept beyond the declaration makes panels too), else the default rule's: of two task
+    parameters that are functions of each other, one is an x (`distinct_axes`)."""
     declared = declared_figures(experiment)
     if declared is not None:
-        return declared
+        return [with_swept_panels(spec, point_keys, chosen or []) for spec in declared]
     points, point_keys = variants(points, point_keys)
     axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
 
@@ -142,6 +143,14 @@ def figure_specs(
 
     load_curves = any(p.capacity for p in points)
     return default_figures(axes, point_keys, chosen, together, load_curves)
+
+
+def with_swept_panels(spec: FigureSpec, point_keys: list[str], chosen: list[str]) -> FigureSpec:
+    """A declared accuracy figure with a panel for each parameter the command swept that the
+    declaration does not place (`backbone.d_model=32,64` added to a preset)."""
+    placed = {spec.x, *spec.panels, *spec.ticks, *(spec.hue or ())}
+    extra = [k for k in point_keys if k in chosen and k not in placed]
+    return replace(spec, panels=(*spec.panels, *extra)) if extra else spec
 
 
 def draw(

@@ -2,6 +2,7 @@
 report is tested on what it draws without training anything."""
 
 import json
+from itertools import product
 from pathlib import Path
 
 from harness.records.schema import SCHEMA_VERSION
@@ -196,35 +197,36 @@ def retrieval_gap(
     seeds: int = 1,
     swept: list[str] | None = GAP_SWEPT,
     experiment: str | None = "retrieval_gap",
+    widths: int = 1,
 ) -> Path:
     """`experiment=retrieval_gap`: four mixers at 4, 8, 16 pairs (seq_len = 8 x pairs, batch
     = 4,096 / seq_len), two learning rates, `seeds` seeds, 1,500 steps; `in_context` equals
     `elimination` (Zoology's layout); `sweep.json` names the `swept` keys and the `experiment`
-    (`swept` None: no file)."""
+    (`swept` None: no file); `widths` > 1 adds d_model 128, ... to the default 64."""
     records = []
     for model, accs in GAP_ACCURACY.items():
         for kv, acc in zip((4, 8, 16), accs, strict=True):
-            for lr in (0.003, 0.01):
-                for seed in range(seeds):
-                    r = record(
-                        model,
-                        seq_len=8 * kv,
-                        lr=lr,
-                        seed=seed,
-                        acc=(acc if lr == 0.003 else 0.9 * acc) - 0.02 * seed,
-                        task_params={"num_kv_pairs": kv, "vocab_size": 256},
-                        baselines={"chance": 1 / 128, "in_context": 1 / kv, "elimination": 1 / kv},
-                        converged=acc > 0.95,
-                    )
-                    r["config"]["data"]["batch_size"] = 4096 // (8 * kv)
-                    r["config"]["trainer"].update(
-                        max_steps=1500,
-                        use_distributed_sampler=True,
-                        num_sanity_val_steps=0,
-                        log_every_n_steps=50,
-                    )
-                    r["config_hash"] += f"-{lr}"
-                    records.append(r)
+            for lr, seed, width in product((0.003, 0.01), range(seeds), range(widths)):
+                r = record(
+                    model,
+                    d_model=64 * 2**width,
+                    seq_len=8 * kv,
+                    lr=lr,
+                    seed=seed,
+                    acc=(acc if lr == 0.003 else 0.9 * acc) - 0.02 * seed,
+                    task_params={"num_kv_pairs": kv, "vocab_size": 256},
+                    baselines={"chance": 1 / 128, "in_context": 1 / kv, "elimination": 1 / kv},
+                    converged=acc > 0.95,
+                )
+                r["config"]["data"]["batch_size"] = 4096 // (8 * kv)
+                r["config"]["trainer"].update(
+                    max_steps=1500,
+                    use_distributed_sampler=True,
+                    num_sanity_val_steps=0,
+                    log_every_n_steps=50,
+                )
+                r["config_hash"] += f"-{lr}-{width}"
+                records.append(r)
     write_sweep(folder, records)
     if swept is not None:
         description = {

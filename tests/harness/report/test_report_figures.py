@@ -13,7 +13,7 @@ from harness.report.figures import MARKED, marker_indices
 from harness.report.slices import CELL_FONT
 from harness.report.style import HOLLOW, KNOWN_MODELS, marker
 from tests.harness.report.drawn import figures_of
-from tests.harness.synthetic import needle_grid, record, retrieval_gap, write_sweep
+from tests.harness.synthetic import GAP_SWEPT, needle_grid, record, retrieval_gap, write_sweep
 
 COPY_LENGTHS = range(4, 49)
 """`experiment=copy_length`: every string length from 4 to 48, 45 values in one run."""
@@ -93,14 +93,19 @@ def test_equal_baselines_share_one_line_and_one_legend_entry(tmp_path: Path) -> 
 
 def test_a_preset_draws_the_figures_it_declares(tmp_path: Path) -> None:
     """conf/experiment/retrieval_gap.yaml: accuracy against the pairs, the length and batch
-    under its ticks; accuracy against the state, a panel per number of pairs."""
-    by_length = ["model", "task.seq_len", "optim.lr"]  # whatever the command named
-    figures = figures_of(retrieval_gap(tmp_path / "gap", swept=by_length))
+    under its ticks; accuracy against the state, a panel per number of pairs; a parameter the
+    command swept beyond the declaration (the width) makes panels too."""
+    figures = figures_of(retrieval_gap(tmp_path / "gap"))
     assert list(figures) == ["acc_vs_num_kv_pairs", "acc_vs_state"]
     ax = figures["acc_vs_num_kv_pairs"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "4\nseq_len=32\nbatch_size=128"
     titles = [ax.get_title() for ax in figures["acc_vs_state"].axes]
     assert titles == [f"assoc_recall · kv pairs={n}" for n in (4, 8, 16)]
+    wider = retrieval_gap(tmp_path / "wider", swept=[*GAP_SWEPT, "backbone.d_model"], widths=2)
+    figures = figures_of(wider)
+    assert list(figures) == ["acc_vs_num_kv_pairs", "acc_vs_state"]
+    titles = [ax.get_title() for ax in figures["acc_vs_num_kv_pairs"].axes]
+    assert titles == ["assoc_recall · d_model=64", "assoc_recall · d_model=128"]
 
 
 def test_two_co_varying_axes_make_one_figure_the_swept_one(tmp_path: Path) -> None:

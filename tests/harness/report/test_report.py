@@ -323,9 +323,13 @@ def test_a_refused_length_is_marked_on_the_length_axis(tmp_path: Path) -> None:
     assert tick_labels(ax) == ["8", "24"]
 
 
-def test_a_swept_feature_map_draws_one_line_per_variant_in_one_panel(tmp_path: Path) -> None:
+@pytest.mark.parametrize("preset", [None, "state_frontier"])
+def test_a_swept_feature_map_draws_one_line_per_variant_in_one_panel(
+    tmp_path: Path, preset: str | None
+) -> None:
     """state_frontier: `model.feature_map` x `model.feature_dim` of one model; the maps are
-    compared at equal state, so each is a line ("linear elu") in one panel, not a panel."""
+    compared at equal state, so each is a line ("linear elu") in one panel, not a panel: by
+    the default rule, and as the preset declares it (`hue: [model.feature_map]`)."""
     records = []
     for feature_map, accs in (("elu", (0.6, 0.9)), ("taylor", (0.7, 0.95))):
         for D, acc in zip((7, 21), accs, strict=True):
@@ -334,7 +338,11 @@ def test_a_swept_feature_map_draws_one_line_per_variant_in_one_panel(tmp_path: P
             r["state"]["mixer_floats_per_layer"] = 2 * (D * 32 + D)
             r["config_hash"] += f"-{feature_map}-{D}"
             records.append(r)
-    ax = figures_of(write_sweep(tmp_path / "sweep", records))["acc_vs_state"].get_axes()
+    sweep = write_sweep(tmp_path / "sweep", records)
+    if preset:
+        swept = ["model.feature_map", "model.feature_dim"]
+        (sweep / "sweep.json").write_text(json.dumps({"experiment": preset, "swept": swept}))
+    ax = figures_of(sweep)["acc_vs_state"].get_axes()
     assert len(ax) == 1
     drawn = lines(ax[0], "model")
     assert sorted(drawn) == ["linear elu", "linear taylor"]

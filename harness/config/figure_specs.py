@@ -114,8 +114,8 @@ def declared_figures(experiment: str | None) -> list[FigureSpec] | None:
 def default_figures(
     axes: list[str], point_keys: list[str], chosen: list[str] | None, together, load_curves: bool
 ) -> list[FigureSpec]:
-    """The default rule (module docstring): `axes`, the swept numeric task parameters (one of
-    two that are functions of each other); `chosen`, the parameters the sweep's commands swept
+    """The default rule (module docstring): `axes`, the swept numeric task parameters;
+    `chosen`, the parameters the sweep's commands swept
     (None: every one); `together(key, x)`, whether `key` is a function of x."""
     specs = []
     for x in [*axes, *([] if load_curves else [STATE])]:

@@ -115,28 +115,16 @@ def variant_names(points: list[Point], point_keys: list[str]) -> list[str]:
     return [p.model for p in variants(points, point_keys)[0]]
 
 
-def distinct_axes(points: list[Point], axes: list[str], chosen: list[str] | None) -> list[str]:
-    """The x axes that are not the same plot: of two parameters each a function of the other
-    (retrieval_gap's seq_len = 8 x pairs) one is kept, the one swept (`chosen`), else the one
-    that is not the length."""
-    kept: list[str] = []
-    for key in sorted(axes, key=lambda k: (k not in (chosen or ()), k == "task.seq_len")):
-        if not any(covaries(points, key, o) and covaries(points, o, key) for o in kept):
-            kept.append(key)
-    return [key for key in axes if key in kept]
-
-
 def figure_specs(
     points: list[Point], point_keys: list[str], chosen: list[str] | None, experiment: str | None
 ) -> list[FigureSpec]:
     """The figures the preset declares (`harness.config.figure_specs`; a parameter the command
-    swept beyond the declaration makes panels too), else the default rule's: of two task
-    parameters that are functions of each other, one is an x (`distinct_axes`)."""
+    swept beyond the declaration makes panels too), else the default rule's."""
     declared = declared_figures(experiment)
     if declared is not None:
         return [with_swept_panels(spec, point_keys, chosen or []) for spec in declared]
     points, point_keys = variants(points, point_keys)
-    axes = distinct_axes(points, ["task.seq_len", *task_axes(points, point_keys)], chosen)
+    axes = ["task.seq_len", *task_axes(points, point_keys)]
 
     def together(key: str, x: str) -> bool:
         return covaries(points, key, STATE_FLOATS if x == STATE else x)

@@ -108,16 +108,17 @@ def test_a_preset_draws_the_figures_it_declares(tmp_path: Path) -> None:
     assert titles == ["assoc_recall · d_model=64", "assoc_recall · d_model=128"]
 
 
-def test_two_co_varying_axes_make_one_figure_the_swept_one(tmp_path: Path) -> None:
-    """The default rule (no preset): of two x axes that are functions of each other, the one
-    the command swept, the other under its ticks."""
+def test_the_default_rule_draws_each_swept_task_parameter_the_others_under_its_ticks(
+    tmp_path: Path,
+) -> None:
+    """No preset: the pairs and the length, functions of each other, are each an x, the other
+    written under its ticks."""
     figures = figures_of(retrieval_gap(tmp_path / "gap", experiment=None))
-    assert "acc_vs_num_kv_pairs" in figures and "acc_vs_seq_len" not in figures
+    assert list(figures) == ["acc_vs_seq_len", "acc_vs_num_kv_pairs", "acc_vs_state"]
     ax = figures["acc_vs_num_kv_pairs"].axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()][0] == "4\nseq_len=32\nbatch_size=128"
-    by_length = ["model", "task.seq_len", "optim.lr"]
-    sweep = retrieval_gap(tmp_path / "by_length", swept=by_length, experiment=None)
-    assert {"acc_vs_seq_len", "acc_vs_state"} == set(figures_of(sweep))
+    ax = figures["acc_vs_seq_len"].axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "32\nkv pairs=4\nbatch_size=128"
 
 
 def test_one_panel_keeps_the_width_its_legend_goes_below(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from harness.config.figure_specs import (
 )
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
-from harness.report.budget import budget
+from harness.report.budget import budget, rate_chosen
 from harness.report.capacity_figure import capacity_figure
 from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
 from harness.report.capacity_runs import capacity_runs
@@ -181,7 +181,7 @@ def accuracy_title(spec: FigureSpec) -> str:
 
 def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
     """The page's first notes: the jobs and what varied, how accuracy is aggregated, and the
-    learning-rate grid where there is one."""
+    learning-rate grid where some point had one (`lr_grid`)."""
     statuses = Counter(status_of(r) for r in rows)
     notes = [
         f"{len(rows)} jobs: {tally(statuses)}"
@@ -238,7 +238,7 @@ def report(
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
     lr_grid = "optim.lr" in swept
     points = aggregate(rows, point_keys)
-    notes = opening_notes(rows, swept, lr_grid)
+    notes = opening_notes(rows, swept, rate_chosen(rows))
     names = variant_names(points, point_keys)
     laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
     chosen = description.get("swept")

@@ -310,14 +310,17 @@ def test_test_length_curve_of_a_run_that_had_not_converged_is_hollow(tmp_path: P
 def test_the_learning_rate_in_a_subtitle_says_whether_it_was_chosen() -> None:
     from harness.report.budget import learning_rates
 
-    def row(model: str, lr: float) -> dict:
-        return {"model": model, "optim.lr": lr}
+    def row(model: str, lr: float, width: int = 4, seed: int = 0) -> dict:
+        return {"model": model, "optim.lr": lr, "model.head_k_dim": width, "seed": seed}
 
     assert learning_rates([row("softmax", 0.002), row("linear", 0.002)]) == "lr 0.002"
     grid = [row("softmax", 0.003), row("softmax", 0.01), row("linear", 0.003)]
     assert learning_rates(grid) == "lr best of [0.003, 0.01]"
     own = [row("linear", 0.01), row("deltanet", 0.003), row("softmax", 0.003)]
     assert learning_rates(own) == "lr 0.003 (deltanet, softmax), 0.01 (linear)"
+    # each width at its own rate, over seeds: no point had a choice
+    per_cell = [row("deltanet", lr, w, s) for w, lr in ((2, 0.01), (4, 0.003)) for s in (0, 1)]
+    assert learning_rates(per_cell) == "lr 0.003/0.01, one per cell"
 
 
 def test_a_parameter_a_model_does_not_have_is_not_named() -> None:

@@ -22,6 +22,7 @@ from harness.config.hydra_job import (
     parallel_jobs,
     sweep_dir,
 )
+from harness.config.run_checks import check_run
 from harness.readouts.capacity import baseline_metrics_by_load, readout_of
 from harness.readouts.convergence import standard_error
 from harness.records.failures import interruptible, is_interruption, outcome
@@ -30,7 +31,7 @@ from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECOR
 from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
 from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
-from harness.training.build import BuiltRun, build, check_run, resolved_model_params
+from harness.training.build import BuiltRun, build, resolved_model_params
 from harness.training.checkpoint import (
     Resumption,
     SaveLast,

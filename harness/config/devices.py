@@ -2,13 +2,14 @@
 there is none, more processes than devices (or CPU cores), fp16 autocast on a CPU, or a
 data-parallel setting the data module cannot split. Each refusal is one `ValueError` naming
 the full key, the value and what is allowed (refused in one line, exit 2:
-`harness.records.failures`)."""
+`harness.records.failures`). Where the installed torch is a CPU build (its version says
+`+cpu`), the request is checked before torch is imported (`cpu_only`: `run.py`'s early check)."""
 
+import importlib.metadata
 import os
+import sys
 from typing import Any
 
-import torch
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig, ListConfig
 
 from common.checks import require, require_choice
@@ -27,22 +28,40 @@ def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def resolved_accelerator(name: str) -> str:
-    """`auto` resolved as Lightning does (CUDA, then Apple MPS, then CPU); `gpu` = `cuda`."""
+def cpu_build() -> bool:
+    """Whether torch can see no GPU whatever the machine holds, read without importing it: a
+    CPU build (`2.13.0+cpu`) off macOS (where a build without CUDA may still use MPS)."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return version.endswith("+cpu") and sys.platform != "darwin"
+
+
+def resolved_accelerator(name: str, cpu_only: bool = False) -> str:
+    """`auto` resolved as Lightning does (CUDA, then Apple MPS, then CPU; `cpu_only`: CPU
+    without asking torch); `gpu` = `cuda`."""
+    if name == "auto" and cpu_only:
+        return "cpu"
     if name == "auto":
+        import torch
+
         if torch.cuda.is_available():
             return "cuda"
         return "mps" if torch.backends.mps.is_available() else "cpu"
     return "cuda" if name == "gpu" else name
 
 
-def available(accelerator: str) -> int:
+def available(accelerator: str, cpu_only: bool = False) -> int:
     """Devices of that kind on this machine; for CPU the cores (one process per core)."""
+    if accelerator == "cpu" or cpu_only:
+        return cpu_cores() if accelerator == "cpu" else 0
+    import torch
+
     if accelerator == "cuda":
         return torch.cuda.device_count()
     if accelerator == "mps":
         return int(torch.backends.mps.is_available())
-    return cpu_cores()
 
 
 def requested(devices: Any, accelerator: str, have: int) -> int | None:
@@ -67,15 +86,20 @@ def requested(devices: Any, accelerator: str, have: int) -> int | None:
 
 def in_local_multirun() -> bool:
     """A Hydra sweep whose jobs SLURM did not start (DDP would relaunch the whole sweep)."""
-    return in_multirun() and not SLURMEnvironment.detect()
+    if not in_multirun():
+        return False
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
+    return not SLURMEnvironment.detect()
 
 
-def check_devices(cfg: DictConfig) -> None:
-    """Raise `ValueError` for a `trainer` device request this machine cannot meet."""
+def check_devices(cfg: DictConfig, cpu_only: bool = False) -> None:
+    """Raise `ValueError` for a `trainer` device request this machine cannot meet (`cpu_only`:
+    on a CPU build of torch, `cpu_build`, without importing it)."""
     trainer = cfg.trainer
     require_choice("trainer.accelerator", trainer.accelerator, ACCELERATORS)
-    accelerator = resolved_accelerator(trainer.accelerator)
-    have = available(accelerator)
+    accelerator = resolved_accelerator(trainer.accelerator, cpu_only)
+    have = available(accelerator, cpu_only)
     if accelerator == "cuda":
         require(
             have > 0,
@@ -101,6 +125,8 @@ def check_devices(cfg: DictConfig) -> None:
             "32-true, bf16-mixed or bf16-true on CPU (fp16 needs a GPU)",
         )
     if accelerator == "cuda" and str(precision).startswith("bf16"):
+        import torch
+
         require(
             torch.cuda.is_bf16_supported(),
             "trainer.precision",

@@ -399,7 +399,7 @@ def defaults() -> dict[str, Any]:
     return {k: s.default for k, s in declared().items() if s.default is not ABSENT}
 
 
-def check_settings(cfg: DictConfig, frameworks: bool = True) -> None:
+def check_settings(cfg: DictConfig, frameworks: bool = True) -> bool:
     """Hold a composed config to the declaration: every declared key it has must be of the
     declared type, in range; raises one `ValueError` naming the full key, the value and what
     is allowed. Keys the config does not have (`logger.project` with `logger=none`) pass.
@@ -407,7 +407,7 @@ def check_settings(cfg: DictConfig, frameworks: bool = True) -> None:
     `frameworks=False` asks neither torch nor Lightning (a refusal before they are imported):
     a key whose choices are Lightning's passes at its declared default, and at any other
     value the check stops there, the keys from it on left to the full check, so that the
-    first refusal is the one the full check gives."""
+    first refusal is the one the full check gives. Returns whether every key was checked."""
     for key, spec in declared().items():
         value = OmegaConf.select(cfg, key, default=ABSENT)
         if value is ABSENT:
@@ -415,5 +415,6 @@ def check_settings(cfg: DictConfig, frameworks: bool = True) -> None:
         if not frameworks and spec.meta.get("choices") is not None:
             if value == spec.default and type(value) is type(spec.default):
                 continue
-            return
+            return False
         spec.check(value)
+    return True

@@ -7,13 +7,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from common.checks import require_int
 from harness.config.command_line import check_added_keys  # the check of `+keys`, re-exported
-from harness.config.devices import check_devices
 from harness.config.hashing import params_of
 from harness.config.hydra_job import touched_keys
 from harness.config.refusal import BadInput, as_bad_input
-from harness.config.settings import check_settings
+from harness.config.run_checks import check_run
 from harness.training.data_module import TaskDataModule, mixture_from_config
 from harness.training.lightning_module import RecallModule
 from models import MIXERS
@@ -42,17 +40,6 @@ def resolved_model_params(cfg: DictConfig) -> dict:
     defaults = MIXERS.defaults(cfg.model.name)
     defaults.pop("d_model", None)
     return {**defaults, **params_of(cfg.model)}
-
-
-def check_run(cfg: DictConfig) -> None:
-    """The run-level settings (`harness.config.settings`), the task's test lengths (the harness's
-    key of every task group) and the device request, as `BadInput`; the constructors check their
-    own parameters."""
-    with as_bad_input():
-        check_settings(cfg)
-        for length in cfg.task.get("eval_seq_lens") or []:
-            require_int("task.eval_seq_lens", length, 1)
-        check_devices(cfg)
 
 
 def owned_by(error: ValueError, cfg: DictConfig, groups: tuple[str, ...]) -> BadInput:

@@ -1,6 +1,7 @@
 """The command line answers before the heavy imports: `python run.py --help`, a mistyped option
 (`model=nosuch`), a mistyped key and a bad value (`threads=two`) are answered without importing
-torch or Lightning, and so is `python -m harness.report --help`. Each command runs in a
+torch or Lightning, and so are `python -m harness.report --help` and, where torch is a CPU
+build, a GPU asked for (`trainer=gpu`). Each command runs in a
 fresh interpreter with `-X importtime`, whose log names every module the process imported."""
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.devices import cpu_build
 from tests.conftest import REPO, cli_env
 
 HEAVY = ("torch", "lightning")
@@ -21,6 +23,7 @@ COMMANDS = {
     "bad value": ([RUN, "threads=two"], 2, HEAVY),
     "unknown key": ([RUN, "model.head_k_dimm=2"], 2, HEAVY),
     "report help": (["-m", "harness.report", "--help"], 0, HEAVY),
+    "no GPU": ([RUN, "trainer=gpu"], 2, HEAVY if cpu_build() else ()),
 }
 """name -> (arguments after `python -X importtime`, exit code, modules it must not import)."""
 

@@ -88,3 +88,33 @@ def test_bf16_mixed_run_ends_ok(make_cfg, tmp_path: Path) -> None:
     assert saved["config"]["trainer"]["precision"] == "bf16-mixed"
     metrics = [saved["metrics"][k] for k in ("test/acc", "test/seq_acc", "val/acc")]
     assert all(v is not None and math.isfinite(v) and 0 <= v <= 1 for v in metrics)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer=gpu"],
+        ["trainer.accelerator=cpu", "trainer.devices=4"],
+        ["trainer=gpu", "optim.lr=0"],  # the settings first, as the full check
+        ["trainer.precision=16-mixed", "logger.mode=bogus"],  # Lightning's choice: left to it
+    ],
+)
+def test_the_early_check_refuses_what_the_full_check_refuses_first(
+    make_cfg, two_cores, monkeypatch, overrides
+) -> None:
+    """`run.py`'s check before torch is imported (a CPU build): its refusal, where it gives one,
+    is the full check's first; what needs Lightning to judge it leaves to the run."""
+    from harness.config import run_checks
+    from harness.config.refusal import BadInput
+    from harness.config.run_checks import check_run
+
+    monkeypatch.setattr(run_checks, "cpu_build", lambda: True)
+    cfg = make_cfg(overrides)
+    with pytest.raises(BadInput) as full:
+        check_run(cfg)
+    try:
+        check_run(cfg, frameworks=False)
+    except BadInput as early:
+        assert str(early) == str(full.value)
+    else:
+        assert overrides[0].startswith("trainer.precision")

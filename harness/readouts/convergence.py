@@ -130,7 +130,6 @@ def converged(
 
 
 CONVERGED, STILL_RISING, AT_FLOOR = "converged", "still_rising", "at_floor"
-TRAINING_STATES = (CONVERGED, STILL_RISING, AT_FLOOR)
 
 
 def training_state(

@@ -236,7 +236,6 @@ def report(
     columns = parameter_columns(rows)
     swept = varied(rows, columns)
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    lr_grid = "optim.lr" in swept
     points = aggregate(rows, point_keys)
     notes = opening_notes(rows, swept, rate_chosen(rows))
     names = variant_names(points, point_keys)
@@ -246,24 +245,15 @@ def report(
     drawn = draw(points, point_keys, rows, specs, laws, threshold)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
     notes.extend(law_notes(laws))
-    table = point_rows(points, point_keys, lr_grid, threshold, laws, names)
+    table = point_rows(points, point_keys, "optim.lr" in swept, threshold, laws, names)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows, threshold)
     origin = provenance(sweep, description, rows)
     page = write_page(
-        out / "report.html",
-        sweep,
-        summary,
-        notes,
-        figures,
-        table,
-        problems,
-        origin,
-        settings,
-        threshold,
-        fitted=bool(laws),
-    )
+        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
+        threshold, fitted=bool(laws),
+    )  # fmt: skip
     print_console(table, [*notes, *summary], problems)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]

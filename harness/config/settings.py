@@ -259,8 +259,9 @@ def role_of(key: str) -> str:
     `backbone.*`) is identity."""
     if key == "hydra" or key.startswith("hydra."):
         return PLUMBING
-    within = [s for k, s in declared().items() if key.startswith(f"{k}.")]  # report.figures.*
-    spec = declared().get(key) or next(iter(within), None)
+    spec = declared().get(key) or next(  # or a key inside a declared one: report.figures.*
+        (s for k, s in declared().items() if key.startswith(f"{k}.")), None
+    )
     return spec.role if spec else GROUP_ROLES.get(key, IDENTITY)
 
 

@@ -136,6 +136,8 @@ def figure_specs(
 def with_swept_panels(spec: FigureSpec, point_keys: list[str], chosen: list[str]) -> FigureSpec:
     """A declared accuracy figure with a panel for each parameter the command swept that the
     declaration does not place (`backbone.d_model=32,64` added to a preset)."""
+    if spec.kind != ACCURACY_FIGURE:
+        return spec  # the other kinds lay out their own panels
     placed = {spec.x, *spec.panels, *spec.ticks, *(spec.hue or ())}
     extra = [k for k in point_keys if k in chosen and k not in placed]
     return replace(spec, panels=(*spec.panels, *extra)) if extra else spec

@@ -29,15 +29,17 @@ def setting(
     check: typing.Callable[[Any], bool] | None = None,
     allowed: str | None = None,
     choices: typing.Callable[[], tuple] | None = None,
+    needs_import: bool = False,
     role: str = IDENTITY,
 ) -> Any:
     """A declared field: its `default`, its range (`low <= value`, `above < value`,
     `value <= high`), what null means where null is allowed (`none`), a `note` on the
     allowed values; or its own `check` with the `allowed` text it refuses with; or the
-    function that lists a framework's `choices` (as a `Literal`, read when checked); and its
-    `role` (`IDENTITY`, `PLUMBING` or `READOUT`)."""
+    function that lists a framework's `choices` (as a `Literal`, read when checked;
+    `needs_import`: only by importing the framework); and its `role` (`IDENTITY`, `PLUMBING`
+    or `READOUT`)."""
     meta = dict(low=low, above=above, high=high, none=none, note=note)
-    meta.update(check=check, choices=choices, role=role)
+    meta.update(check=check, choices=choices, needs_import=needs_import, role=role)
     return field(default=default, metadata={**meta, "allowed": allowed})
 
 

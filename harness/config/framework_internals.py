@@ -5,16 +5,21 @@ upgrade that moves one fails in one place, naming it
     hydra._internal.utils.get_args_parser      Hydra's own command-line parser: the command line
                                                is checked before Hydra composes, with Hydra's
                                                flags (`--config-name`, `--cfg`, `-m`, ...)
-    lightning.fabric.connector._PRECISION_INPUT  the `precision` values a Trainer takes; Lightning
-                                               has no public list of them
+    lightning.fabric.plugins.precision.precision._PRECISION_INPUT
+                                               the `precision` values a Trainer takes; Lightning
+                                               has no public list of them. Read from Lightning's
+                                               source file, not imported, so that a refusal of
+                                               `trainer.precision` comes before Lightning loads
 """
 
 import argparse
-import typing
+import ast
+import importlib.util
+from pathlib import Path
 
 PRIVATE_APIS = (
     "hydra._internal.utils.get_args_parser",
-    "lightning.fabric.connector._PRECISION_INPUT",
+    "lightning.fabric.plugins.precision.precision._PRECISION_INPUT",
 )
 
 
@@ -39,9 +44,23 @@ def hydra_args_parser() -> argparse.ArgumentParser:
 
 
 def lightning_precisions() -> tuple:
-    """Every `precision` value a Lightning Trainer accepts (`32-true`, `bf16-mixed`, 32, ...)."""
+    """Every `precision` value a Lightning Trainer accepts (`32-true`, `bf16-mixed`, 32, ...),
+    in the order of Lightning's `_PRECISION_INPUT` union of literals, read from its source
+    without importing Lightning (seconds of start-up)."""
+    name = PRIVATE_APIS[1]
     try:
-        from lightning.fabric.connector import _PRECISION_INPUT
-    except ImportError as error:
-        raise _moved(PRIVATE_APIS[1], error) from error
-    return tuple(v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group))
+        package = importlib.util.find_spec("lightning")
+        source = Path(package.origin).parent / "fabric/plugins/precision/precision.py"
+        literals = {
+            node.targets[0].id: node.value
+            for node in ast.parse(source.read_text()).body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        }
+        groups = literals["_PRECISION_INPUT"].slice.elts  # Union[INT, STR, STR_ALIAS]
+        return tuple(
+            ast.literal_eval(value)
+            for group in groups
+            for value in getattr(literals[group.id].slice, "elts", [literals[group.id].slice])
+        )
+    except (AttributeError, KeyError, OSError, TypeError, ValueError) as error:
+        raise _moved(name, ImportError(f"{type(error).__name__}: {error}")) from error

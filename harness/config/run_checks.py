@@ -12,17 +12,19 @@ from harness.config.settings import check_settings
 
 
 def check_run(cfg: DictConfig, frameworks: bool = True) -> None:
-    """Raise `BadInput` for the first run-level setting the run would refuse.
+    """Raise `BadInput` for the first run-level setting the run would refuse: the declared
+    settings but those whose choices need Lightning imported, the test lengths, the device
+    request, then those (`trainer.strategy`).
 
-    `frameworks=False` imports neither torch nor Lightning (`run.py`'s early check): the keys
-    whose choices are Lightning's stop the settings' check (`check_settings`), and with them
-    the rest, left to the full check; the device request is checked only where torch is a
-    CPU build (`cpu_build`), whose devices are known without it. Either way the first refusal
-    is the one the full check gives."""
+    `frameworks=False` imports neither torch nor Lightning (`run.py`'s early check): it stops
+    before the keys that need Lightning, and checks the device request only where torch is a
+    CPU build (`cpu_build`), whose devices are known without it. Whatever it refuses is the
+    first refusal of the full check."""
     with as_bad_input():
-        if not check_settings(cfg, frameworks):
-            return
+        check_settings(cfg, needs_import=False)
         for length in cfg.task.get("eval_seq_lens") or []:
             require_int("task.eval_seq_lens", length, 1)
         if frameworks or cpu_build():
             check_devices(cfg, cpu_only=not frameworks)
+        if frameworks:
+            check_settings(cfg, needs_import=True)

@@ -18,7 +18,8 @@ Types: `int`, `float` (an int is a number too), `bool` (`true`/`false`, never a 
 `yes`), `str`, `Literal[...]` (one of the choices), `X | None` (null allowed, with the meaning
 given); a key whose choices are Lightning's (`trainer.precision`, `trainer.strategy`) names the
 function that lists them (`choices=`), called when such a key is checked: importing this module
-imports neither torch nor Lightning (`python run.py --help` answers before them). A key
+imports neither torch nor Lightning (`python run.py --help` answers before them), and only
+`trainer.strategy`'s list needs Lightning imported (`needs_import`). A key
 declared with `ABSENT` is not in the default config (a group option such as `trainer=ddp` sets
 it, or `+trainer.<key>=` adds it) and is checked when present."""
 
@@ -179,7 +180,7 @@ class Trainer:
         role=PLUMBING,
     )
     use_distributed_sampler: bool = setting(False, role=PLUMBING)
-    strategy: Any = setting(ABSENT, choices=strategies, role=PLUMBING)
+    strategy: Any = setting(ABSENT, choices=strategies, needs_import=True, role=PLUMBING)
     num_nodes: int = setting(ABSENT, low=1, role=PLUMBING)
     gradient_clip_val: None = setting(
         ABSENT, check=lambda v: v is None, allowed="unset: the clip value lives in optim.grad_clip"
@@ -270,22 +271,15 @@ def defaults() -> dict[str, Any]:
     return {k: s.default for k, s in declared().items() if s.default is not ABSENT}
 
 
-def check_settings(cfg: DictConfig, frameworks: bool = True) -> bool:
+def check_settings(cfg: DictConfig, needs_import: bool | None = None) -> None:
     """Hold a composed config to the declaration: every declared key it has must be of the
     declared type, in range; raises one `ValueError` naming the full key, the value and what
     is allowed. Keys the config does not have (`logger.project` with `logger=none`) pass.
-
-    `frameworks=False` asks neither torch nor Lightning (a refusal before they are imported):
-    a key whose choices are Lightning's passes at its declared default, and at any other
-    value the check stops there, the keys from it on left to the full check, so that the
-    first refusal is the one the full check gives. Returns whether every key was checked."""
+    `needs_import` narrows the check to the keys whose choices need a framework imported
+    (True: `trainer.strategy`) or to the others (False), which import neither torch nor
+    Lightning; None checks every key."""
     for key, spec in declared().items():
         value = OmegaConf.select(cfg, key, default=ABSENT)
-        if value is ABSENT:
+        if value is ABSENT or needs_import not in (None, spec.meta.get("needs_import")):
             continue
-        if not frameworks and spec.meta.get("choices") is not None:
-            if value == spec.default and type(value) is type(spec.default):
-                continue
-            return False
         spec.check(value)
-    return True

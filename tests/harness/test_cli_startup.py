@@ -1,7 +1,8 @@
 """The command line answers before the heavy imports: `python run.py --help`, a mistyped option
 (`model=nosuch`), a mistyped key and a bad value (`threads=two`) are answered without importing
-torch or Lightning, and so are `python -m harness.report --help` and, where torch is a CPU
-build, a GPU asked for (`trainer=gpu`). Each command runs in a
+torch or Lightning, and so are `python -m harness.report --help`, a precision Lightning does
+not take (its list read from its source) and, where torch is a CPU build, a GPU asked for
+(`trainer=gpu`, `trainer=ddp`). Each command runs in a
 fresh interpreter with `-X importtime`, whose log names every module the process imported."""
 
 import re
@@ -24,6 +25,8 @@ COMMANDS = {
     "unknown key": ([RUN, "model.head_k_dimm=2"], 2, HEAVY),
     "report help": (["-m", "harness.report", "--help"], 0, HEAVY),
     "no GPU": ([RUN, "trainer=gpu"], 2, HEAVY if cpu_build() else ()),
+    "no GPU for ddp": ([RUN, "trainer=ddp"], 2, HEAVY if cpu_build() else ()),
+    "Lightning's choices": ([RUN, "trainer.precision=bogus"], 2, HEAVY),
 }
 """name -> (arguments after `python -X importtime`, exit code, modules it must not import)."""
 
@@ -35,21 +38,23 @@ def imported(log: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str]]:
-    """Every command's (exit code, stderr), started together (each takes seconds)."""
-    cwd: Path = tmp_path_factory.mktemp("startup")
-    logs = {name: cwd / f"{i}.log" for i, name in enumerate(COMMANDS)}
+    """Every command's (exit code, stderr), started together (each takes seconds), each in a
+    folder of its own: two runs started in one second in one folder share Hydra's run folder
+    (`outputs/<date>/<time>`), and the second would find it made by the first."""
+    cwds: dict[str, Path] = {name: tmp_path_factory.mktemp("startup") for name in COMMANDS}
+    logs = {name: cwd / "stderr.log" for name, cwd in cwds.items()}
     procs = {}
     for name, (args, _, _) in COMMANDS.items():
         with logs[name].open("w") as log:
             procs[name] = subprocess.Popen(
                 [sys.executable, "-X", "importtime", *args],
-                cwd=REPO if args[0] == "-m" else cwd,
-                env=cli_env(cwd),
+                cwd=REPO if args[0] == "-m" else cwds[name],
+                env=cli_env(cwds[name]),
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
     out = {name: (p.wait(timeout=300), logs[name].read_text()) for name, p in procs.items()}
-    assert not (cwd / "outputs").exists()  # the refused run left no folder
+    assert not any((cwd / "outputs").exists() for cwd in cwds.values())  # refused: no folder
     return out
 
 

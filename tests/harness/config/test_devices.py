@@ -96,7 +96,10 @@ def test_bf16_mixed_run_ends_ok(make_cfg, tmp_path: Path) -> None:
         ["trainer=gpu"],
         ["trainer.accelerator=cpu", "trainer.devices=4"],
         ["trainer=gpu", "optim.lr=0"],  # the settings first, as the full check
-        ["trainer.precision=16-mixed", "logger.mode=bogus"],  # Lightning's choice: left to it
+        ["trainer.precision=16-mixed", "logger.mode=bogus"],
+        ["trainer.precision=16-mixed"],  # Lightning's list, read without it; fp16 on CPU
+        ["trainer=ddp", "trainer.strategy=bogus"],  # the device request before the strategy
+        ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=1", "trainer.strategy=bogus"],
     ],
 )
 def test_the_early_check_refuses_what_the_full_check_refuses_first(
@@ -116,5 +119,5 @@ def test_the_early_check_refuses_what_the_full_check_refuses_first(
         check_run(cfg, frameworks=False)
     except BadInput as early:
         assert str(early) == str(full.value)
-    else:
-        assert overrides[0].startswith("trainer.precision")
+    else:  # the strategies are Lightning's registry: left to the run
+        assert overrides[-1] == "trainer.strategy=bogus"

@@ -3,6 +3,8 @@ them: an upgrade of Hydra or Lightning that moves one fails here, by name."""
 
 import builtins
 import importlib
+import importlib.machinery
+import typing
 
 import pytest
 
@@ -31,6 +33,15 @@ def test_lightning_precisions_hold_the_usual_values() -> None:
     assert {"32-true", "bf16-mixed", "16-mixed", "64-true", 32, 64} <= set(precisions)
 
 
+def test_lightning_precisions_read_from_source_are_those_lightning_imports() -> None:
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
+
+    imported = tuple(
+        v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group)
+    )
+    assert lightning_precisions() == imported
+
+
 def test_a_moved_api_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     real_import = builtins.__import__
 
@@ -42,3 +53,11 @@ def test_a_moved_api_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtins, "__import__", without_hydra_internal)
     with pytest.raises(FrameworkMoved, match=r"hydra\._internal\.utils\.get_args_parser"):
         framework_internals.hydra_args_parser()
+
+
+def test_a_moved_precision_list_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    (tmp_path / "__init__.py").write_text("")
+    spec = importlib.machinery.ModuleSpec("lightning", None, origin=str(tmp_path / "__init__.py"))
+    monkeypatch.setattr(framework_internals.importlib.util, "find_spec", lambda name: spec)
+    with pytest.raises(FrameworkMoved, match=r"precision\._PRECISION_INPUT"):
+        framework_internals.lightning_precisions()

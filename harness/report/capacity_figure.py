@@ -129,10 +129,26 @@ def pinned(law: MixerLaw) -> bool:
     return law.n90 is not None and law.n90.b_low > 0  # NaN (no interval) compares False
 
 
+LINE_WIDTHS = 3
+"""A law is drawn as a line only where its runs were read at this many state sizes or more:
+a line through two is fitted exactly by its two parameters, and nothing tests its shape (no
+lack of fit)."""
+
+
+def read_widths(law: MixerLaw) -> int:
+    """The state sizes at which some run the law keeps was read (not censored)."""
+    return len({r.floats for r in law.runs if r.fitted and r.n90_censoring is None})
+
+
+def lined(law: MixerLaw) -> bool:
+    """Whether the law is drawn as a line: `pinned`, and read at `LINE_WIDTHS` state sizes."""
+    return pinned(law) and read_widths(law) >= LINE_WIDTHS
+
+
 def draw_fits(ax, laws: dict[str, MixerLaw]) -> None:
-    """Each mixer's n90 law over the state sizes it read, where it is `pinned`."""
+    """Each mixer's n90 law over the state sizes it read, where it is `lined`."""
     for mixer, law in laws.items():
-        if not pinned(law):
+        if not lined(law):
             continue
         low, high = law.n90.floats_range
         xs = [low * (high / low) ** (i / 50) for i in range(51)]
@@ -188,6 +204,8 @@ def law_label(mixer: str, law: MixerLaw | None, why: str) -> str:
         fit = law.n90
         censored = fit.counts[LEFT] + fit.counts[RIGHT]
         drawn = "" if pinned(law) else "; not pinned (the interval reaches 0): no line"
+        if pinned(law) and not lined(law):
+            drawn = f"; read at {read_widths(law)} state sizes: no line"
         return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored{drawn})"
     return f"{mixer}: no fit ({why})" if why else mixer
 
@@ -231,7 +249,7 @@ def capacity_legend(
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
     for mixer in mixers:
-        line = "-" if mixer in laws and pinned(laws[mixer]) else "none"
+        line = "-" if mixer in laws and lined(laws[mixer]) else "none"
         label = law_label(mixer, laws.get(mixer), reasons.get(mixer, ""))
         handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):

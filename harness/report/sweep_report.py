@@ -19,7 +19,7 @@ from harness.config.figure_specs import (
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget, rate_chosen
-from harness.report.capacity_figure import capacity_figure
+from harness.report.capacity_figure import capacity_figure, lined
 from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
 from harness.report.capacity_runs import capacity_runs
 from harness.report.figures import accuracy_figure, length_figure
@@ -254,7 +254,7 @@ def report(
     origin = provenance(sweep, description, rows)
     page = write_page(
         out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
-        threshold, fitted=bool(laws),
+        threshold, fitted=any(lined(law) for law in laws.values()),
     )  # fmt: skip
     print_console(table, [*notes, *summary], problems)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)

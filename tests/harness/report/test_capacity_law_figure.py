@@ -73,21 +73,27 @@ def test_the_fit_keeps_censored_runs_and_leaves_out_training_limited_ones() -> N
 
 
 def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
-    runs, rows = runs_of(law_records())
+    held = [
+        r
+        for r in law_records()
+        if (r["model"], r["config"]["backbone"]["d_model"]) != ("linear", 128)
+    ]
+    third = [curve_record("linear", 48, s, accuracies(law_n90(48, s))) for s in (0, 1, 2)]
+    runs, rows = runs_of(held + third)  # read at three state sizes (d_model 32, 48, 64): a line
     laws = capacity_laws(runs, 0.9)
     fig = capacity_figure(runs, rows, laws, 0.9)
     ax = fig.axes[0]
     gids = [c.lines[0].get_gid() for c in ax.containers]
     assert gids.count("upper_bound:linear") == 3  # below the judging load: arrows down
-    assert gids.count("lower_bound:linear") == 4 and gids.count("lower_bound:softmax") == 2
-    assert gids.count("run:linear") == 4
+    assert gids.count("lower_bound:linear") == 1 and gids.count("lower_bound:softmax") == 2
+    assert gids.count("run:linear") == 7
     hollow = [c for c in ax.containers if c.lines[0].get_markerfacecolor() == "white"]
     assert len(hollow) == 1  # the one run still rising; the run at the floor is not drawn
     fit = next(line for line in ax.lines if line.get_gid() == "fit:linear")
     low, high = laws["linear"].n90.floats_range
     assert fit.get_xdata()[0] == pytest.approx(low) and fit.get_xdata()[-1] == pytest.approx(high)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert f"linear: b = {laws['linear'].n90.shown()} (11 runs, 7 censored)" in labels
+    assert f"linear: b = {laws['linear'].n90.shown()} (11 runs, 4 censored)" in labels
     assert "softmax: no fit (censored readouts only)" in labels
     assert any(label.startswith("hollow: not converged") for label in labels)
     # linear's dashed line is its rank bound; softmax's, a KV cache, the tokens it keeps
@@ -109,6 +115,18 @@ def test_a_law_whose_interval_reaches_zero_draws_no_line_and_says_why() -> None:
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     expected = f"linear: b = {loose.n90.shown()} (11 runs, 7 censored; not pinned (the interval"
     assert any(label.startswith(expected) for label in labels), labels
+
+
+def test_a_law_read_at_two_state_sizes_draws_no_line_and_says_why() -> None:
+    """Two parameters fit two read state sizes exactly: nothing tests the line's shape."""
+    runs, rows = runs_of(law_records())  # read at d_model 32 and 64 only
+    laws = capacity_laws(runs, 0.9)
+    assert laws["linear"].n90.b_low > 0  # pinned, yet not drawn
+    fig = capacity_figure(runs, rows, laws, 0.9)
+    assert not [line for line in fig.axes[0].lines if line.get_gid() == "fit:linear"]
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    shown = laws["linear"].n90.shown()
+    assert f"linear: b = {shown} (11 runs, 7 censored; read at 2 state sizes: no line)" in labels
 
 
 def test_a_run_judged_by_an_older_rule_is_judged_anew_by_the_last_third_rule() -> None:
@@ -168,8 +186,9 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     assert "<th>read_seeds</th>" in page and "<td>0, 1, 2</td>" in page
     shown = page[page.index("<h2>capacity_vs_state</h2>") :]
     shown = shown[shown.index("<p class='caption'>") : shown.index("</p>")]
-    assert "The line is the power law n90 = a * floats^b fitted by censored" in shown
-    assert "No law was fitted" not in shown and "{fit}" not in shown
+    # a law read at two state sizes (d_model 32 and 64) is fitted but drawn with no line
+    assert "No line is drawn: the legend gives each mixer" in shown
+    assert "A line is the power law" not in shown and "{fit}" not in shown
     assert "for softmax, whose state is its KV cache, the T tokens it keeps" in shown
     printed = capsys.readouterr().out
     assert "capacity law: linear n90 = " in printed and "b in R = " in printed

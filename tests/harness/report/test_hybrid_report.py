@@ -68,8 +68,8 @@ def test_the_report_draws_each_hybrid_as_a_mixer_of_its_own_colour(tmp_path: Pat
     # each mixer at one state size: no law fitted, and the caption draws no line
     shown = page[page.index("<h2>capacity_vs_state</h2>") :]
     shown = shown[shown.index("<p class='caption'>") : shown.index("</p>")]
-    assert "No law was fitted, so no line is drawn: the legend says why" in shown
-    assert "The line is the power law" not in shown and "{fit}" not in shown
+    assert "No line is drawn: the legend gives each mixer" in shown
+    assert "A line is the power law" not in shown and "{fit}" not in shown
 
 
 def test_a_swept_layer_list_is_shown_as_written_in_one_short_text() -> None:

@@ -65,10 +65,10 @@ def test_every_figure_has_its_caption_under_it(gap) -> None:
 
 def test_the_capacity_caption_names_a_fitted_line_only_where_one_is_drawn() -> None:
     fitted = caption("capacity_vs_state", 0.8, fitted=True)
-    assert "The line is the power law n80 = a * floats^b fitted by censored" in fitted
+    assert "A line is the power law n80 = a * floats^b fitted by censored" in fitted
     assert "most key-value pairs recalled at 0.8" in fitted and "{" not in fitted
     bare = caption("capacity_vs_state", 0.8, fitted=False)
-    assert FIT[False].strip() in bare and "The line is" not in bare and "fitted by" not in bare
+    assert FIT[False].strip() in bare and "A line is" not in bare and "fitted by" not in bare
     assert "its KV cache, the T tokens it keeps (every layer caches the same T" in bare
     assert caption("acc_vs_load", 0.8, fitted=False) == CAPTIONS["acc_vs_load"].format(
         level="n80", threshold=0.8

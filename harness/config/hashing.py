@@ -41,9 +41,12 @@ def identity_of(resolved: dict, prefix: str = "") -> dict:
 
 def identity_hash(resolved: dict) -> str:
     """The hash of a resolved config (a record's `config` too): its identity
-    (`identity_of`), with the task's unset harness keys and the backbone's keys at their
-    pre-existing defaults left out."""
+    (`identity_of`), with the task's unset harness keys, the backbone's keys at their
+    pre-existing defaults and, while the capacity protocol is off, its settings (they derive
+    nothing then) left out."""
     identity = identity_of(resolved)
+    if not (identity.get("capacity") or {}).get("protocol"):
+        identity.pop("capacity", None)
     task = identity.get("task", {})
     for key in UNSET_TASK_KEYS:
         if task.get(key) is None:

@@ -100,12 +100,14 @@ class Plateau:
 @dataclass(frozen=True)
 class Capacity:
     """The load curve's readout (`harness.readouts.capacity`): the accuracy a load must reach to
-    count as held (`capacity.n90`) and to pass the limit verdict."""
+    count as held (`capacity.n90`) and to pass the limit verdict; and the capacity protocol
+    (`harness.config.capacity_protocol`), whose settings set the loads a run trains and tests
+    on, and so its identity (`harness.config.hashing`: only while the protocol is on)."""
 
     threshold: float = setting(0.9, above=0, high=1, role=READOUT)
-    protocol: bool = setting(False, role=READOUT)
-    bound_multiple: float = setting(2, low=1, role=READOUT)
-    max_load: int | None = setting(None, low=1, none="derived from the rank bound", role=READOUT)
+    protocol: bool = setting(False)
+    bound_multiple: float = setting(2, low=1)
+    max_load: int | None = setting(None, low=1, none="derived from the rank bound")
 
 
 @dataclass(frozen=True)

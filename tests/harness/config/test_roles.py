@@ -53,3 +53,19 @@ def test_plumbing_swept_never_splits_the_report_points() -> None:
         for mode, n, lr in (("chunk", 1, 0.1), ("recurrent", 2, 0.2))
     ]
     assert varied(rows, ["model.mode", "threads", "optim.lr"]) == ["optim.lr"]
+
+
+def test_the_capacity_protocol_settings_make_another_run_only_while_it_is_on(make_cfg) -> None:
+    """Under the protocol, `capacity.max_load` and `capacity.bound_multiple` set the loads a
+    run trains and tests on (Mamba-2 at d_state 3: loads to 12 by default, to 16 asked): two
+    runs that differ in them are two runs, and a sweep's resume must not take one for the
+    other. Off, they derive nothing and leave the hash as it was."""
+    plain = config_hash(make_cfg(["model=mamba2"]))
+    assert config_hash(make_cfg(["model=mamba2", "capacity.max_load=16"])) == plain
+    on = ["model=mamba2", "capacity.protocol=true"]
+    assert config_hash(make_cfg(on)) != plain
+    hashes = {
+        config_hash(make_cfg([*on, *extra]))
+        for extra in ([], ["capacity.max_load=16"], ["capacity.bound_multiple=3"])
+    }
+    assert len(hashes) == 3

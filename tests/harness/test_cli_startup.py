@@ -27,6 +27,7 @@ COMMANDS = {
     "no GPU": ([RUN, "trainer=gpu"], 2, HEAVY if cpu_build() else ()),
     "no GPU for ddp": ([RUN, "trainer=ddp"], 2, HEAVY if cpu_build() else ()),
     "Lightning's choices": ([RUN, "trainer.precision=bogus"], 2, HEAVY),
+    "a declared choice": ([RUN, "optim.schedule=linear"], 2, HEAVY),
 }
 """name -> (arguments after `python -X importtime`, exit code, modules it must not import)."""
 

@@ -282,6 +282,7 @@ def check_settings(cfg: DictConfig, needs_import: bool | None = None) -> None:
     Lightning; None checks every key."""
     for key, spec in declared().items():
         value = OmegaConf.select(cfg, key, default=ABSENT)
-        if value is ABSENT or needs_import not in (None, bool(spec.meta.get("needs_import"))):
+        narrowed = needs_import is not None and needs_import != bool(spec.meta.get("needs_import"))
+        if value is ABSENT or narrowed:
             continue
         spec.check(value)

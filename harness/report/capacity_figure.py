@@ -135,9 +135,14 @@ a line through two is fitted exactly by its two parameters, and nothing tests it
 lack of fit)."""
 
 
+def read_sizes(runs: list[CapacityRun]) -> set[float]:
+    """The state sizes at which some run the fit keeps was read (not censored)."""
+    return {r.floats for r in runs if r.fitted and r.n90_censoring is None}
+
+
 def read_widths(law: MixerLaw) -> int:
-    """The state sizes at which some run the law keeps was read (not censored)."""
-    return len({r.floats for r in law.runs if r.fitted and r.n90_censoring is None})
+    """How many state sizes the law's runs were read at (`read_sizes`)."""
+    return len(read_sizes(law.runs))
 
 
 def lined(law: MixerLaw) -> bool:
@@ -184,7 +189,7 @@ def draw_runs(ax, runs: list[CapacityRun]) -> None:
 def no_fit_reason(mine: list[CapacityRun]) -> str:
     """Why a mixer's runs give no law."""
     fitted = [r for r in mine if r.fitted]
-    read = {r.floats for r in fitted if r.n90_censoring is None}
+    read = read_sizes(mine)
     if not fitted:
         return "every run training_limited"
     if not read:

@@ -25,19 +25,22 @@ whatever t is, and `level_name` gives the label) and `n50`:
       readout is a lower bound, since more steps can only raise it. A still-rising run is never
       `capacity_limited`.
 
-Each readout carries its censoring: `left` (n < the bound), `right` (n >= the bound: a
-readout within a quarter of the largest tested load, `CEILING`, where the task and not the
-state may hold it down; or the readout of a run still rising, which more steps can only raise)
-or None (read between two tested loads, below the ceiling). The readouts' sampling error is
+Each readout carries its censoring: `left` (n < the bound), `right` (n >= the bound: the
+readout of a run still rising, which more steps can only raise; one that holds the largest
+tested load; or one within a quarter of it, `CEILING`, of a run not judged converged, where
+the task and not the state may hold it down), `interval` (a converged run that fell below t
+within that quarter, between two tested loads: low <= n < high) or None (read between two
+tested loads, below the ceiling). The readouts' sampling error is
 `harness.readouts.readout_error`."""
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.readouts.convergence import (
     AT_FLOOR,
+    CONVERGED,
     FLOOR_MARGIN,
     MIN_DELTA,
     NOISE_SIGMAS,
@@ -62,7 +65,8 @@ WHY = {
     HOLDS_EVERY_LOAD: "holds every tested load",
     FALLS_WITHIN: "falls below the threshold within the tested loads",
     NEAR_CEILING: "falls below the threshold within a quarter of the largest tested load: "
-    "its readout is a lower bound; test larger loads",
+    "read between the two tested loads it fell between where it converged, else a lower "
+    "bound; test larger loads",
     BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
     FLOOR_AT_JUDGING_LOAD: "at the binding-free floor at the judging load",
     RISING_BELOW_JUDGING_LOAD: "still rising, below the threshold at the judging load",
@@ -74,8 +78,9 @@ CEILING = 0.75
 """A readout at or above this fraction of the largest tested load is censored at the ceiling:
 within a quarter of it, the next tested loads are too few to read the fall."""
 
-LEFT, RIGHT = "left", "right"
-"""A censored readout: n < its value (left) or n >= its value (right)."""
+LEFT, RIGHT, INTERVAL = "left", "right", "interval"
+"""A censored readout: n < its value (left), n >= its value (right), or low <= n < high
+between two tested loads (interval: `n90_low`, `n90_high` beside the interpolated `n90`)."""
 
 JUDGING_FLOOR = 0.5
 """The verdict is judged at the smallest load whose binding-free floor is at most this."""
@@ -227,19 +232,28 @@ def verdict(
 
 
 def censoring(
-    value: float | None, largest: float, at: int | None, rising: bool
-) -> tuple[float | None, str | None]:
-    """(readout, censoring) of an n(t) read as `value`: left-censored at the judging load `at`
-    where it lies below it (or no load reached the level: there is nothing to read below `at`,
-    where a guess passes), right-censored within a quarter of the largest tested load
-    (`CEILING`), or where the run is still rising (`rising`: more steps can only raise it)."""
+    value: float | None, loads: Sequence[int], at: int | None, training: str | None
+) -> tuple[float | None, str | None, tuple[int, int] | None]:
+    """(readout, censoring, bracket) of an n(t) read as `value` off a curve tested at `loads`:
+    left-censored at the judging load `at` where it lies below it (or no load reached the
+    level: there is nothing to read below `at`, where a guess passes); right-censored where
+    the run is still rising (more steps can only raise it) or holds the largest tested load;
+    within a quarter of the largest tested load (`CEILING`), interval-censored between the two
+    tested loads it fell between when the run converged (the fall was seen; `bracket` is
+    them), else right-censored (the task, not the state, may hold it down)."""
     if at is not None and (value is None or value < at):
-        return float(at), LEFT
+        return float(at), LEFT, None
     if value is None:
-        return None, None
-    if value >= CEILING * largest or rising:
-        return value, RIGHT
-    return value, None
+        return None, None, None
+    largest = max(loads)
+    if training == STILL_RISING or value >= largest:
+        return value, RIGHT, None
+    if value >= CEILING * largest:
+        if training != CONVERGED:
+            return value, RIGHT, None
+        low = max(n for n in loads if n <= value)
+        return value, INTERVAL, (low, min(n for n in loads if n > value))
+    return value, None, None
 
 
 def readout(
@@ -258,13 +272,13 @@ def readout(
     at = judging_load({n: f for n, f in floors.items() if n in curve})
     found = judged(curve, floors, threshold, training, examples)
     verdict_, why = found if found else (None, None)
-    rising = training == STILL_RISING
     out: dict[str, Any] = {"verdict": verdict_, "why": why, "threshold": threshold}
     out.update(judged_at=at, training=training)
     for name, level in (("n90", threshold), ("n50", 0.5)):
-        value, kind = censoring(load_at(curve, level), max(curve), at, rising)
+        value, kind, bracket = censoring(load_at(curve, level), list(curve), at, training)
         out[name], out[f"{name}_censoring"] = value, kind
-        inside = kind is None or (kind == RIGHT and value < max(curve))
+        out[f"{name}_low"], out[f"{name}_high"] = bracket or (None, None)
+        inside = kind in (None, INTERVAL) or (kind == RIGHT and value < max(curve))
         errors = readout_errors(curve, examples, level) if inside else None
         out[f"{name}_se"], out[f"{name}_se_log"] = errors or (None, None)
     out["censored"] = [name for name in ("n90", "n50") if out[f"{name}_censoring"] == RIGHT]
@@ -306,13 +320,16 @@ def readout_of(
 def shown(capacity: Mapping[str, Any], name: str, with_error: bool = False) -> str:
     """A readout as the console and the report print it: `12.3`, `>=16` where it is a lower
     bound (the largest tested load, or a run still rising), `<2` where it lies below the
-    judging load, `-` where there is none; `with_error`: `12.3 ± 0.8` (its sampling error)."""
+    judging load, `[48, 64)` between two tested loads, `-` where there is none;
+    `with_error`: `12.3 ± 0.8` (its sampling error)."""
     value = capacity.get(name)
     if value is None:
         return "-"
     kind = capacity.get(f"{name}_censoring")
     if kind is None and name in (capacity.get("censored") or []):
         kind = RIGHT
+    if kind == INTERVAL:
+        return f"[{capacity[f'{name}_low']:g}, {capacity[f'{name}_high']:g})"
     sign = {LEFT: "<", RIGHT: ">="}.get(kind, "")
     text = f"{sign}{value:.3g}"
     se = capacity.get(f"{name}_se")

@@ -14,9 +14,11 @@ phi its density, each run contributes to the log-likelihood
 
 maximised over (log a, b, log sigma) (BFGS from the least-squares fit of the exact runs).
 Every run counts: a state that ran out of room below the judging load (left), one that held
-past the ceiling (right), a run still rising (right: a lower bound). b's interval is Student's
-t on the observed information, widened by the cells' lack of fit (`slope_interval`,
-`lack_of_fit`): a law that misses a step between widths gets the interval that step earns.
+past the ceiling (right), a run still rising (right: a lower bound), a converged run that fell
+between two tested loads near the ceiling (interval). b's interval is Student's t on the
+observed information with a random effect per width (`slope_interval`): the widths' scatter
+about the law against the restarts' spread within a width (`lack_of_fit`) widens it and sets
+its degrees of freedom, continuously.
 `offset` and a fixed slope give the proportional model (`harness.readouts.proportional_law`)."""
 
 import math
@@ -74,18 +76,28 @@ class CensoredLaw:
     b_se: float = math.nan
     mean_covariance: tuple = ((math.nan, math.nan), (math.nan, math.nan))
     lack_of_fit: "LackOfFit | None" = None
+    effective: float = math.nan
+    """The readouts' worth in exact ones for sigma (`effective_runs`): its t's degrees of
+    freedom are this less 2."""
 
     def __call__(self, floats: float) -> float:
         return self.a * floats**self.b
 
     def prediction_interval(self, floats: float, runs: int) -> tuple[float, float]:
         """Where the geometric mean of `runs` new readouts at `floats` falls with probability
-        `level`: exp(mu +- t(n - 2) sqrt(sigma^2 / runs + var mu)), var mu from the
-        covariance of (log a, b)."""
+        `level`: exp(mu +- t(m - 2) sqrt(sigma^2 m / (m - 2) / runs + var mu)), var mu from
+        the covariance of (log a, b), m the effective readouts (`effective_runs`), sigma^2 m /
+        (m - 2) its unbiased residual variance; NaN where m <= 2 or unknown."""
         x = np.array([1.0, math.log(floats)])
-        variance = self.sigma**2 / runs + float(x @ np.array(self.mean_covariance) @ x)
-        half = stats.t.ppf(0.5 + self.level / 2, max(self.n - 2, 1)) * math.sqrt(variance)
+        m = self.effective
+        free = m - 2
+        if not free > 0:  # the readouts hold nothing about the scatter: no interval
+            return math.nan, math.nan
+        residual = self.sigma**2 * m / free / runs
+        variance = residual + float(x @ np.array(self.mean_covariance) @ x)
+        half = stats.t.ppf(0.5 + self.level / 2, free) * math.sqrt(variance)
         mu = math.log(self(floats))
+        half = min(half, 700.0)  # exp's range: a t on a fraction of a degree of freedom
         return math.exp(mu - half), math.exp(mu + half)
 
     @property
@@ -223,10 +235,15 @@ def hessian(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndar
 def covariance(theta: np.ndarray, d: Design, slope: float | None = None) -> np.ndarray:
     """The parameters' covariance from the observed information (the inverse of minus the
     Hessian); NaN where it is singular."""
+    return inverse(-hessian(theta, d, slope))
+
+
+def inverse(information: np.ndarray) -> np.ndarray:
+    """The inverse of an information matrix; NaN where it is singular."""
     try:
-        return np.linalg.inv(-hessian(theta, d, slope))
+        return np.linalg.inv(information)
     except np.linalg.LinAlgError:
-        return np.full((theta.size, theta.size), math.nan)
+        return np.full(information.shape, math.nan)
 
 
 @dataclass(frozen=True)
@@ -289,25 +306,45 @@ def lack_of_fit(
     )
 
 
+def effective_runs(info_log_sigma: float, sigma: float, d: Design) -> float:
+    """How many exact readouts the observations are worth for the residual sigma: the observed
+    information about log sigma over what one exact readout carries. An exact readout with
+    tau^2 = sigma^2 + s^2 carries 2 (sigma^2 / tau^2)^2 at the maximum (2 where its own
+    sampling error s is nil), so n exact readouts are worth n; a censored one carries less,
+    and nothing where the law is far from its bound. `fit_censored_law` counts at most the
+    readings (exact or interval) and none where they lie at two widths or fewer: two
+    parameters fit two widths exactly, whatever the scatter about the law."""
+    share = (sigma**2 / (sigma**2 + MIN_SIGMA**2 + d.s2)) ** 2
+    per_run = 2 * float(np.mean(share))
+    return info_log_sigma / per_run if math.isfinite(info_log_sigma) and per_run > 0 else math.nan
+
+
 def slope_interval(
-    b: float, se: float, n: int, lack: LackOfFit | None, level: float, means: int = 2
+    b: float, se: float, runs: float, lack: LackOfFit | None, level: float, means: int = 2
 ) -> tuple[float, float]:
-    """b's interval at `level`: b +- t(n - 2) se sqrt(n / (n - 2)) sqrt(max(1, F)), for a
-    law with two parameters in its mean (`means` of them: n - `means` in place of n - 2). The
-    observed information's se divides the residual variance by n; the factor sqrt(n / (n - 2))
-    and Student's t on n - 2 degrees of freedom give least squares' exact interval when
-    nothing is censored. Where the cells scatter about the law more than the seeds do
-    (`LackOfFit`, F > 1), the cells and not the runs are the units (a random effect per
-    width): the interval is widened by sqrt(F) and t takes the cells' c - 2 degrees of
-    freedom. Its coverage is tested by
-    simulating censored sweeps (tests/harness/readouts/test_law_coverage.py)."""
-    if n <= means or not math.isfinite(se):
+    """b's interval at `level`, a random effect per width with Satterthwaite's degrees of
+    freedom: with m the effective readouts (`effective_runs`) and r = max(1, F) the lack of
+    fit's ratio of the widths' scatter about the law to the restarts' spread within a width,
+
+        V = se^2 m / (m - p) r,   nu = r^2 / (1 / (m - p) + (r - 1)^2 / (c - p)),
+        b +- t(nu) sqrt(V),
+
+    p = `means` parameters in the law's mean, c the widths read. At r = 1 it is least squares'
+    exact interval (t on m - p); as the widths scatter more than the restarts, V grows by r
+    (the widths, not the runs, become the units) and nu falls towards the widths' c - p,
+    continuously: no switch at F = 1. Where a width has no replicate, the readouts' own
+    scatter is the widths' (r = 1 on m - p). A censored readout tells less about sigma than a
+    read one (it adds less than one to m), so fewer read widths give a wider interval; with
+    two or fewer readings there is none (`fit_censored_law`). Its coverage is measured on
+    simulated sweeps built like the committed ones (`studies.law_coverage`,
+    tests/harness/readouts/test_law_coverage.py)."""
+    within = runs - means
+    if not (within > 0 and math.isfinite(se)):
         return math.nan, math.nan
-    widen = math.sqrt(max(1.0, lack.f)) if lack is not None else 1.0
-    free = n - means
-    if lack is not None and lack.f > 1:
-        free = lack.df[0]
-    half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(n / (n - means)) * widen
+    r = max(1.0, lack.f) if lack is not None else 1.0
+    between = lack.df[0] if lack is not None else math.inf
+    free = r**2 / (1 / within + (r - 1) ** 2 / between)
+    half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(runs / within * r)
     return b - half, b + half
 
 
@@ -327,9 +364,14 @@ def fit_censored_law(
     theta, log_l = found
     log_a, b, log_sigma = theta
     lack = lack_of_fit(observations, list(log_a + b * design.x))
-    cov = covariance(theta, design)
+    information = -hessian(theta, design)
+    cov = inverse(information)
     se = float(math.sqrt(cov[1, 1])) if cov[1, 1] > 0 else math.nan
-    low, high = slope_interval(float(b), se, len(observations), lack, level)
+    read = [o for o in observations if o.kind in (EXACT, INTERVAL)]
+    runs = min(effective_runs(float(information[2, 2]), math.exp(log_sigma), design), len(read))
+    if len({o.floats for o in read}) <= 2:  # a line through two widths: the scatter unknown
+        runs = math.nan
+    low, high = slope_interval(float(b), se, runs, lack, level)
     exact = [o.floats for o in observations if o.kind in (EXACT, INTERVAL)]
     return CensoredLaw(
         a=math.exp(log_a),
@@ -346,4 +388,5 @@ def fit_censored_law(
         floats_range=(min(exact), max(exact)),
         level=level,
         lack_of_fit=lack,
+        effective=runs,
     )

@@ -32,8 +32,9 @@ class HeldOut:
 
     @property
     def inside(self) -> bool | None:
-        """The observed mean lies inside the predicted interval (None: nothing to judge)."""
-        if self.observed is None:
+        """The observed mean lies inside the predicted interval (None: nothing to judge, or
+        no interval: the refit's readouts hold nothing about the scatter)."""
+        if self.observed is None or not all(map(math.isfinite, self.interval)):
             return None
         return self.interval[0] <= self.observed <= self.interval[1]
 

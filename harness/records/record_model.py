@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from harness.readouts.capacity import LEFT, RIGHT, VERDICTS
+from harness.readouts.capacity import INTERVAL, LEFT, RIGHT, VERDICTS
 from harness.records.schema import SCHEMA_VERSION, STATUSES
 
 Number = int | float
@@ -52,7 +52,7 @@ class TrainBlock(Block):
     diverged_at_step: int | None = None
 
 
-Censoring = Literal[LEFT, RIGHT] | None
+Censoring = Literal[LEFT, RIGHT, INTERVAL] | None
 
 
 class CapacityBlock(Block):
@@ -71,6 +71,10 @@ class CapacityBlock(Block):
     n50_se: Number | None = None
     n90_se_log: Number | None = None
     n50_se_log: Number | None = None
+    n90_low: Number | None = None
+    n90_high: Number | None = None
+    n50_low: Number | None = None
+    n50_high: Number | None = None
     training: str | None = None
     why: str | None = None
 

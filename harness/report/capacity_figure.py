@@ -22,11 +22,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.markers import CARETDOWN, CARETUP
 
-from harness.readouts.capacity import LEFT, RIGHT, level_name
+from harness.readouts.capacity import INTERVAL, LEFT, RIGHT, level_name
+from harness.readouts.cell_law import CellLaw
 from harness.readouts.convergence import CONVERGED
 from harness.records.record import KV_CACHES
 from harness.report.budget import budget
-from harness.report.capacity_law import MixerLaw
 from harness.report.capacity_runs import CapacityRun
 from harness.report.style import (
     AXIS_TITLES,
@@ -123,10 +123,10 @@ def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> list[str
     return list(curves)
 
 
-def pinned(law: MixerLaw) -> bool:
+def pinned(law: CellLaw) -> bool:
     """Whether the law's b in floats is pinned: its 90% interval lies above 0. A line drawn
     for an exponent that could be 0 or negative would show a law the runs do not give."""
-    return law.n90 is not None and law.n90.b_low > 0  # NaN (no interval) compares False
+    return law.floats is not None and law.floats.b_low > 0  # NaN (no interval): False
 
 
 LINE_WIDTHS = 3
@@ -140,37 +140,43 @@ def read_sizes(runs: list[CapacityRun]) -> set[float]:
     return {r.floats for r in runs if r.fitted and r.n90_censoring is None}
 
 
-def read_widths(law: MixerLaw) -> int:
-    """How many state sizes the law's runs were read at (`read_sizes`)."""
-    return len(read_sizes(law.runs))
+def read_widths(law: CellLaw) -> int:
+    """How many widths the law's observations were read at (not censored on one side)."""
+    return law.read
 
 
-def lined(law: MixerLaw) -> bool:
+def lined(law: CellLaw) -> bool:
     """Whether the law is drawn as a line: `pinned`, and read at `LINE_WIDTHS` state sizes."""
     return pinned(law) and read_widths(law) >= LINE_WIDTHS
 
 
-def draw_fits(ax, laws: dict[str, MixerLaw]) -> None:
+def draw_fits(ax, laws: dict[str, CellLaw]) -> None:
     """Each mixer's n90 law over the state sizes it read, where it is `lined`."""
     for mixer, law in laws.items():
         if not lined(law):
             continue
-        low, high = law.n90.floats_range
+        low, high = law.floats.floats_range
         xs = [low * (high / low) ** (i / 50) for i in range(51)]
         ax.plot(
-            xs, [law.n90(x) for x in xs], color=colour(mixer), linewidth=1.8, gid=f"fit:{mixer}"
+            xs, [law.floats(x) for x in xs], color=colour(mixer), linewidth=1.8, gid=f"fit:{mixer}"
         )
 
 
 def draw_run(ax, run: CapacityRun, x: float) -> None:
     """One run: a marker at its readout, an arrow up (a lower bound) or down (below the
-    judging load) where it is censored, hollow where it had not converged."""
+    judging load) where it is censored, a bar over the two tested loads it fell between
+    where it is interval-censored, hollow where it had not converged."""
     face = colour(run.mixer) if run.training == CONVERGED else "white"
-    style = dict(color=colour(run.mixer), fmt=marker(run.mixer), markersize=6.5)
+    size = 9.5 if run.best else 5.0
+    style = dict(color=colour(run.mixer), fmt=marker(run.mixer), markersize=size)
     style.update(markerfacecolor=face, markeredgewidth=1.2, zorder=3, elinewidth=1.0, capsize=3)
     kind = run.n90_censoring
     if kind is None:
         ax.errorbar([x], [run.n90], gid=f"run:{run.mixer}", **style)
+        return
+    if kind == INTERVAL:  # a bar over the two tested loads it fell between
+        yerr = [[run.n90 - run.n90_low], [run.n90_high - run.n90]]
+        ax.errorbar([x], [run.n90], yerr=yerr, gid=f"interval:{run.mixer}", **style)
         return
     length = ARROW * run.n90 if kind == RIGHT else run.n90 * ARROW / (1 + ARROW)
     yerr = [[0.0], [length]] if kind == RIGHT else [[length], [0.0]]
@@ -202,20 +208,22 @@ SHARED_REASON = 3
 under the title (`no_fit_note`) and its legend entry gives its name alone."""
 
 
-def law_label(mixer: str, law: MixerLaw | None, why: str) -> str:
+def law_label(mixer: str, law: CellLaw | None, why: str) -> str:
     """The mixer's legend entry: its fit (b, interval, runs, censored runs), or why none (`why`;
     empty where the subtitle says it)."""
-    if law is not None:
-        fit = law.n90
+    if law is not None and law.floats is not None:
+        fit = law.floats
         censored = fit.counts[LEFT] + fit.counts[RIGHT]
         drawn = "" if pinned(law) else "; not pinned (the interval reaches 0): no line"
+        if math.isnan(fit.b_low):
+            drawn = f"; not pinned (read at {read_widths(law)} widths: no interval): no line"
         if pinned(law) and not lined(law):
             drawn = f"; read at {read_widths(law)} state sizes: no line"
-        return f"{mixer}: b = {fit.shown()} ({fit.n} runs, {censored} censored{drawn})"
+        return f"{mixer}: b = {fit.shown()} ({fit.n} readouts, {censored} censored{drawn})"
     return f"{mixer}: no fit ({why})" if why else mixer
 
 
-def no_fit_reasons(runs: list[CapacityRun], laws: dict[str, MixerLaw], mixers: list[str]) -> dict:
+def no_fit_reasons(runs: list[CapacityRun], laws: dict[str, CellLaw], mixers: list[str]) -> dict:
     """{mixer: why it has no law} of the mixers without one."""
     return {m: no_fit_reason([r for r in runs if r.mixer == m]) for m in mixers if m not in laws}
 
@@ -242,7 +250,7 @@ def legend_columns(handles: list[Line2D]) -> int:
 def capacity_legend(
     fig,
     runs: list[CapacityRun],
-    laws: dict[str, MixerLaw],
+    laws: dict[str, CellLaw],
     mixers: list[str],
     bounds: list[str],
     reasons: dict[str, str],
@@ -272,6 +280,9 @@ def capacity_legend(
     if any(r.n90_censoring == LEFT for r in shown):
         label = "arrow down: below the judging load (left-censored)"
         handles.append(legend_entry(label, marker=CARETDOWN))
+    if any(r.n90_censoring == INTERVAL for r in shown):
+        label = "bar: between the two tested loads it fell between (interval-censored)"
+        handles.append(legend_entry(label, marker="|"))
     if any(r.training != CONVERGED for r in shown):
         handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
     columns = legend_columns(handles)
@@ -302,7 +313,7 @@ SUBTITLE_WIDTH = 120
 
 
 def capacity_figure(
-    runs: list[CapacityRun], rows: list[dict], laws: dict[str, MixerLaw], threshold: float
+    runs: list[CapacityRun], rows: list[dict], laws: dict[str, CellLaw], threshold: float
 ) -> Figure | None:
     """n90 (at `threshold`) against state floats per layer: the module docstring's figure.
     None unless the runs the fit keeps sit at 2 or more state sizes (of one mixer: its law;
@@ -329,8 +340,13 @@ def capacity_figure(
         else ""
     )
     if laws:
-        title = f"Capacity against state: {name} per run, censored power law {name} = a floats^b"
-        subtitle = f"{budget(rows)}; b with its 90% interval (t, widened by the lack of fit)"
+        title = (
+            f"Capacity against state: {name} per restart, the law on capacity {name} = a floats^b"
+        )
+        subtitle = (
+            f"{budget(rows)}; large markers: each width's best restart (its capacity); "
+            "b with its 90% interval (t on the readouts' effective degrees of freedom)"
+        )
     else:
         title = f"Capacity against state: {name} per run (no law fitted)"
         subtitle = budget(rows)

@@ -1,162 +1,116 @@
-"""Each mixer's capacity law (docs/background.md, "The censored capacity law"), fitted by
-censored maximum likelihood to the runs the weak-run rule keeps (`CapacityRun.fitted`):
+"""Each mixer's cells and capacity laws as the report says them (docs/background.md, "Capacity
+and learnability", "The censored capacity law"): the cells' capacity and learnability
+(`harness.readouts.restarts.cells`) and the laws on both estimands
+(`harness.readouts.cell_law.fit_cell_laws`), read from the report's rows.
+
+Per mixer, one line a law: on capacity (each width's restarts that reach its best) and on the
+typical restart (every readable restart):
 
 - the primary model, n90 = c (R - R0) against the stack's rank bound R (exponent 1), with the
   range of c when one width is left out;
-- the power law n90 = a R^b in the rank bound, whose b says whether the exponent 1 holds: its
-  interval (`harness.readouts.censored_law.slope_interval`, coverage tested), the lack of fit,
-  the range of b over the drop-one-width refits and how many left-out widths the refits
-  predict (`harness.readouts.drop_one_width`);
-- the alternative, the power law in floats n90 = a floats^b (and n50's), with its AIC against
-  the primary model's."""
+- the power law n90 = a R^b, whose b says whether the exponent 1 holds, its interval, the
+  range of b over the drop-one-width refits and how many left-out widths the refits predict;
+- the alternative, the power law in floats n90 = a floats^b, with its AIC against the
+  primary model's;
+
+and a line of each width's capacity and learnability."""
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass
 
-from harness.readouts.capacity import FLOOR_AT_JUDGING_LOAD, level_name
-from harness.readouts.censored_law import LEFT, RIGHT, CensoredLaw, fit_censored_law
-from harness.readouts.drop_one_width import (
-    HeldOut,
-    by_cell,
-    exponent_range,
-    held_out,
-    predicted_share,
+import pandas as pd
+
+from harness.readouts.capacity import level_name, shown
+from harness.readouts.cell_law import CellLaw, fit_cell_laws
+from harness.readouts.censored_law import LEFT, RIGHT
+from harness.readouts.drop_one_width import exponent_range, predicted_share
+from harness.readouts.restarts import (
+    CAPACITY,
+    ESTIMANDS,
+    REACH,
+    TYPICAL,
+    cells,
+    restarts,
 )
-from harness.readouts.proportional_law import ProportionalLaw, fit_proportional_law
-from harness.report.capacity_runs import CapacityRun
+from harness.report.points import Point, as_key
 from harness.report.style import model_order
 
-
-@dataclass(frozen=True)
-class MixerLaw:
-    """One mixer's laws: `primary` (n90 = c (R - R0)) with `c_range` over the drop-one-width
-    refits; `rank` (n90 = a R^b) with its left-out widths (`held`); `n90` and `n50` (power
-    laws in floats); and the runs they come from."""
-
-    mixer: str
-    n90: CensoredLaw | None
-    n50: CensoredLaw | None
-    rank: CensoredLaw | None
-    primary: ProportionalLaw | None
-    c_range: tuple[float, float] | None
-    held: list[HeldOut]
-    runs: list[CapacityRun]
-    threshold: float
-
-    @property
-    def name(self) -> str:
-        """The threshold's readout, `n90` or `n80`."""
-        return level_name(self.threshold)
-
-    def against_exponent_one(self) -> str:
-        """Whether the rank bound's exponent 1 lies in the interval of b in R."""
-        law = self.rank
-        if law is None or math.isnan(law.b_low):
-            return "no interval for the exponent in R"
-        inside = law.b_low <= 1 <= law.b_high
-        where = "inside" if inside else ("below" if law.b_low > 1 else "above")
-        return f"exponent 1 {where} it"
-
-    def against_floats(self) -> str:
-        """The power law in floats' b (where the floats do not move with R alone) and its AIC
-        against the primary model's."""
-        if self.primary is None or self.n90 is None:
-            return ""
-        gap = self.n90.aic - self.primary.aic
-        better = "the line in R" if gap > 0 else "the power law"
-        same = self.rank is not None and abs(self.rank.b - self.n90.b) < 5e-3
-        text = "floats in proportion to R here" if same else f"b in floats = {self.n90.shown()}"
-        return f"{text}; {better} fits better by {abs(gap):.1f} in AIC"
+CELL = "cell"
+"""The report's cell column: a point's task and parameters (`cell_key`), rate and seed aside."""
+ESTIMAND_NAMES = {
+    CAPACITY: "capacity (each width's restarts within 0.8 of its best, chosen on validation)",
+    TYPICAL: "the typical restart (every readable restart)",
+}
 
 
-def observations(runs: list[CapacityRun], name: str, axis: str = "floats") -> list:
-    """The runs' readouts `name` (`n90`, `n50`) as the censored fit's observations on the
-    law's x `axis` (`floats` or `rank_bound`)."""
-    return [o for o in (r.observation(name, axis) for r in runs) if o is not None]
+def cell_key(row: dict | Point, point_keys: list[str]) -> str:
+    """A run's or a point's cell: its task and `point_keys` values, as one string."""
+    get = row.get
+    task = row.task if isinstance(row, Point) else get("task")
+    return "|".join([str(task), *(as_key(get(k)) for k in point_keys)])
 
 
-def c_range(observations_: list) -> tuple[float, float] | None:
-    """(smallest, largest) c of n90 = c (R - R0) refitted without each width in turn."""
-    cells = by_cell(observations_)
-    cs = []
-    for cell in cells:
-        law = fit_proportional_law([o for name, g in cells.items() if name != cell for o in g])
-        if law is not None:
-            cs.append(law.c)
-    return (min(cs), max(cs)) if cs else None
+def restart_frame(
+    rows: list[dict], points: list[Point], point_keys: list[str], names: list[str]
+) -> pd.DataFrame:
+    """Every job of the points as a tidy DataFrame with its mixer's name (`mixer`: the
+    point's variant name, `linear elu`) and its `cell`."""
+    name_of = {(p.model, cell_key(p, point_keys)): n for p, n in zip(points, names, strict=True)}
+    frame = pd.DataFrame(rows)
+    if frame.empty or "capacity.n90" not in frame:
+        return pd.DataFrame()
+    frame[CELL] = [cell_key(r, point_keys) for r in rows]
+    keys = zip(rows, frame[CELL], strict=True)
+    frame["mixer"] = [name_of.get((r.get("model"), key)) for r, key in keys]
+    for column in ("seed", "optim.lr", "val/acc", "config_hash", "status"):
+        if column not in frame:
+            frame[column] = None
+    return frame[frame["mixer"].notna()]
 
 
-def capacity_laws(runs: list[CapacityRun], threshold: float) -> dict[str, MixerLaw]:
-    """Each mixer with an n90 law (exact readouts at two or more state sizes)."""
-    by_mixer: dict[str, list[CapacityRun]] = defaultdict(list)
-    for run in runs:
-        by_mixer[run.mixer].append(run)
-    laws = {}
-    for mixer, mine in by_mixer.items():
-        n90 = fit_censored_law(observations(mine, "n90"))
-        if n90 is None:
-            continue
-        in_rank = observations(mine, "n90", "rank_bound")
-        laws[mixer] = MixerLaw(
-            mixer=mixer,
-            n90=n90,
-            n50=fit_censored_law(observations(mine, "n50")),
-            rank=fit_censored_law(in_rank),
-            primary=fit_proportional_law(in_rank),
-            c_range=c_range(in_rank),
-            held=held_out(in_rank),
-            runs=mine,
-            threshold=threshold,
-        )
-    return laws
+def cells_and_laws(
+    rows: list[dict], points: list[Point], point_keys: list[str], names: list[str]
+) -> tuple[pd.DataFrame, dict[tuple[str, str], CellLaw]]:
+    """The cells (`harness.readouts.restarts.cells`, by mixer and cell) of the runs with a
+    load-curve readout, and each (mixer, estimand)'s law."""
+    frame = restart_frame(rows, points, point_keys, names)
+    if frame.empty:
+        return pd.DataFrame(), {}
+    frame = frame[frame["capacity.verdict"].notna() | (frame["status"] != "ok")]
+    table = cells(frame, [CELL], by="mixer")
+    return table, fit_cell_laws(restarts(frame, "mixer"), table, [CELL], by="mixer")
 
 
-def law_runs(law: MixerLaw) -> str:
-    """`12 runs at 4 widths (R 4-12, 128-384 floats), 3 seeds; 8 read, 1 left-censored, 3
-    right-censored; left out: 1 at the floor, 0 still rising below the judging load`."""
-    fit, runs = law.n90, law.runs
-    fitted = [r for r in runs if r.fitted]
-    sizes = sorted({r.floats for r in fitted})
-    bounds = sorted({r.rank_bound for r in fitted if r.rank_bound})
-    seeds = len({r.seed for r in fitted})
-    counts = fit.counts
-    out = [r for r in runs if not r.fitted]
-    at_floor = sum(r.why == FLOOR_AT_JUDGING_LOAD for r in out)
-    span = f"R {bounds[0]:g}-{bounds[-1]:g}, " if bounds else ""
-    return (
-        f"{fit.n} runs at {len(sizes)} widths ({span}{sizes[0]:,.0f}-{sizes[-1]:,.0f} floats), "
-        f"{seeds} seeds; {counts['exact']} read, {counts[LEFT]} left-censored, "
-        f"{counts[RIGHT]} right-censored; left out: {at_floor} at the floor, "
-        f"{len(out) - at_floor} still rising below the judging load"
-    )
-
-
-def refits(law: MixerLaw) -> str:
-    """`over 3 of 4 drop-one-width refits` (a refit needs readings at two widths left)."""
-    widths = len({r.floats for r in law.runs if r.fitted})
-    return f"over {len(law.held)} of {widths} drop-one-width refits"
-
-
-def primary_note(law: MixerLaw) -> str:
-    """`n90 = 0.84 (R - 1.2), c from 0.71 to 0.95 leaving out one width`."""
+def primary_note(law: CellLaw, name: str) -> str:
+    """`n90 = 0.84 (R - 1.2), c 0.71-0.95 over 4 of 5 drop-one-width refits`."""
     primary = law.primary
     if primary is None:
-        return f"no rank-bound line for {law.name}"
+        return f"no rank-bound line for {name}"
     sign = "-" if primary.overhead >= 0 else "+"
-    text = f"{law.name} = {primary.c:.3g} (R {sign} {abs(primary.overhead):.2g})"
+    text = f"{name} = {primary.c:.3g} (R {sign} {abs(primary.overhead):.2g})"
     if law.c_range is not None:
         text += f", c {law.c_range[0]:.3g}-{law.c_range[1]:.3g} {refits(law)}"
     return text
 
 
-def rank_note(law: MixerLaw) -> str:
-    """b in R with its interval, the exponent 1 against it, its drop-one-width range, the
-    widths it predicts and its lack of fit."""
+def refits(law: CellLaw) -> str:
+    """`over 3 of 4 drop-one-width refits` (a refit needs readings at two widths left)."""
+    return f"over {len(law.held)} of {law.fitted} drop-one-width refits"
+
+
+def against_exponent_one(law: CellLaw) -> str:
+    """Whether the rank bound's exponent 1 lies in the interval of b in R."""
     rank = law.rank
-    if rank is None:
-        return "no power law in R"
-    text = f"b in R = {rank.shown()} ({rank.level:.0%}; {law.against_exponent_one()})"
+    if rank is None or math.isnan(rank.b_low):
+        return "no interval for the exponent in R"
+    where = "inside" if rank.b_low <= 1 <= rank.b_high else ("below" if rank.b_low > 1 else "above")
+    return f"exponent 1 {where} it"
+
+
+def rank_note(law: CellLaw) -> str:
+    """b in R with its interval, the exponent 1 against it, its drop-one-width range and the
+    widths it predicts."""
+    rank = law.rank
+    text = f"b in R = {rank.shown()} ({rank.level:.0%}; {against_exponent_one(law)})"
     spread = exponent_range(law.held)
     if spread is not None:
         text += f", {spread[0]:.2f}-{spread[1]:.2f} {refits(law)}"
@@ -168,13 +122,76 @@ def rank_note(law: MixerLaw) -> str:
     return text
 
 
-def law_note(law: MixerLaw) -> str:
-    """One line per mixer: the primary model, the exponent in R and its checks, the
-    alternative in floats, and the runs."""
-    parts = [primary_note(law), rank_note(law), law.against_floats(), law_runs(law)]
-    return f"capacity law: {law.mixer} " + "; ".join(p for p in parts if p) + "."
+def against_floats(law: CellLaw) -> str:
+    """The power law in floats' b (where the floats do not move with R alone) and its AIC
+    against the primary model's."""
+    if law.primary is None or law.floats is None:
+        return ""
+    gap = law.floats.aic - law.primary.aic
+    better = "the line in R" if gap > 0 else "the power law"
+    same = abs(law.rank.b - law.floats.b) < 5e-3
+    text = "floats in proportion to R here" if same else f"b in floats = {law.floats.shown()}"
+    return f"{text}; {better} fits better by {abs(gap):.1f} in AIC"
 
 
-def law_notes(laws: dict[str, MixerLaw]) -> list[str]:
-    """`law_note` per mixer, in the registry's order."""
-    return [law_note(laws[mixer]) for mixer in sorted(laws, key=model_order)]
+def law_widths(law: CellLaw) -> str:
+    """`5 widths (R 4-16): 3 read, 1 left-censored, 1 right-censored; 1 width left out (its
+    chosen restart not a readout); 30 restarts`."""
+    counts = law.rank.counts
+    bounds = law.widths
+    return (
+        f"{law.fitted} widths (R {bounds[0]:g}-{bounds[-1]:g}): {law.read} read, "
+        f"{counts[LEFT]} left-censored, {counts[RIGHT]} right-censored; "
+        f"{law.left_out} left out (its chosen restart not a readout); {law.restarts} restarts"
+    )
+
+
+def law_note(law: CellLaw, threshold: float) -> str:
+    """One line per law: its estimand, the primary model, the exponent in R and its checks,
+    the alternative in floats, and the widths."""
+    name = level_name(threshold)
+    parts = [primary_note(law, name), rank_note(law), against_floats(law), law_widths(law)]
+    head = f"{law.estimand} law: {law.mixer}, on {ESTIMAND_NAMES[law.estimand]}: "
+    return head + "; ".join(p for p in parts if p) + "."
+
+
+def cell_note(mixer: str, table: pd.DataFrame, threshold: float) -> str:
+    """`capacity and learnability: linear at R 4: <2, 0 of 6; R 8: 2.78, 5 of 6; ...`."""
+    mine = table[table["mixer"] == mixer].sort_values("state.rank_bound_stack")
+    by_rank = (
+        mine["state.rank_bound_stack"].notna().all() and mine["state.rank_bound_stack"].is_unique
+    )
+    parts = []
+    for _, cell in mine.iterrows():
+        where = (
+            f"R {cell['state.rank_bound_stack']:g}"
+            if by_rank
+            else cell[CELL].split("|", 1)[-1].replace("|", ", ")
+        )
+        readout = {
+            "n90": cell.get("capacity_n90"),
+            "n90_censoring": text_or_none(cell.get("capacity_censoring")),
+            "n90_low": cell.get("capacity_low"),
+            "n90_high": cell.get("capacity_high"),
+        }
+        value = shown(readout, "n90") if cell.get("capacity_readable") else "not learned"
+        parts.append(f"{where}: {value}, {cell['learnability']}")
+    head = f"capacity ({level_name(threshold)} of the best restart) and learnability (restarts"
+    return f"{head} within {REACH:g} of it): {mixer} at " + "; ".join(parts) + "."
+
+
+def text_or_none(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def law_notes(
+    laws: dict[tuple[str, str], CellLaw], table: pd.DataFrame, threshold: float
+) -> list[str]:
+    """Per mixer in the registry's order: its cells' line, then its laws' lines."""
+    if table.empty:
+        return []
+    out = []
+    for mixer in sorted(set(table["mixer"]), key=model_order):
+        out.append(cell_note(mixer, table, threshold))
+        out.extend(law_note(laws[(mixer, e)], threshold) for e in ESTIMANDS if (mixer, e) in laws)
+    return out

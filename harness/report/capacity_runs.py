@@ -13,14 +13,26 @@ left-censored there."""
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.readouts.capacity import LEFT, RIGHT, RISING_PAST_JUDGING_LOAD, TRAINING_LIMITED
+import pandas as pd
+
+from harness.readouts.capacity import (
+    INTERVAL,
+    LEFT,
+    RIGHT,
+    RISING_PAST_JUDGING_LOAD,
+    TRAINING_LIMITED,
+)
 from harness.readouts.censored_law import EXACT, Observation
+from harness.readouts.restarts import restarts
 from harness.records.record import KV_CACHES
 from harness.records.schema import OK
+from harness.report.capacity_law import CELL
 from harness.report.load_curve import seeds_of
-from harness.report.points import Point, state_value
+from harness.report.points import Point, missing, state_value
 
-KIND = {None: EXACT, LEFT: "left", RIGHT: "right"}
+PARTS = ("", "_censoring", "_se_log", "_low", "_high")
+"""A readout's fields beside its value (`harness.readouts.capacity.readout`)."""
+KIND = {None: EXACT, LEFT: "left", RIGHT: "right", INTERVAL: "interval"}
 """A readout's censoring as the censored fit's observation kind."""
 
 
@@ -40,11 +52,17 @@ class CapacityRun:
     n50: float | None = None
     n50_censoring: str | None = None
     n50_se_log: float | None = None
+    n90_low: float | None = None
+    n90_high: float | None = None
+    n50_low: float | None = None
+    n50_high: float | None = None
     training: str | None = None
     seed: int | None = None
     load: str | None = None
     threshold: float | None = None
     why: str | None = None
+    best: bool = False
+    """The restart its cell's capacity was read from (`harness.readouts.restarts`)."""
 
     @property
     def fitted(self) -> bool:
@@ -67,6 +85,9 @@ class CapacityRun:
             return None
         se = getattr(self, f"{name}_se_log") or 0.0
         kind = KIND[getattr(self, f"{name}_censoring")]
+        if kind == INTERVAL:
+            value, high = getattr(self, f"{name}_low"), getattr(self, f"{name}_high")
+            return Observation(float(size), kind, value, high, se, cell=f"{self.floats:g}")
         return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
 
 
@@ -76,12 +97,12 @@ def bound_of(name: str) -> str:
     return "rank_bound_per_layer" if name.split(" ", 1)[0] in KV_CACHES else "rank_bound_stack"
 
 
-def run_of(name: str, seed: dict) -> CapacityRun | None:
+def run_of(name: str, seed: dict, best: bool = False) -> CapacityRun | None:
     """One seed's row as a run; None without a verdict or a state size."""
     floats = state_value(seed, "mixer_floats_per_layer")
     if seed.get("capacity.verdict") is None or floats is None:
         return None
-    fields = ("n90", "n90_censoring", "n90_se_log", "n50", "n50_censoring", "n50_se_log")
+    fields = [f"{n}{part}" for n in ("n90", "n50") for part in PARTS]
     return CapacityRun(
         mixer=name,
         floats=floats,
@@ -92,6 +113,7 @@ def run_of(name: str, seed: dict) -> CapacityRun | None:
         seed=seed.get("seed"),
         load=seed.get("capacity.load"),
         threshold=seed.get("capacity.threshold"),
+        best=best,
         **{f: seed.get(f"capacity.{f}") for f in fields},
     )
 
@@ -108,4 +130,24 @@ def capacity_runs(
             continue
         found = (run_of(name, seed) for seed in seeds_of(point, rows, point_keys))
         runs.extend(run for run in found if run is not None)
+    return runs
+
+
+def design_runs(frame: pd.DataFrame, table: pd.DataFrame) -> list[CapacityRun]:
+    """Every ok restart in its cell's design (`harness.readouts.restarts.restarts`) as a run,
+    the one each cell's capacity was read from marked `best`."""
+    if frame.empty:
+        return []
+    chosen = {
+        (c["mixer"], c[CELL], c["capacity_seed"], c["capacity_lr"]) for _, c in table.iterrows()
+    }
+    runs = []
+    for _, row in restarts(frame, "mixer").iterrows():
+        if not row["in_design"] or row["status"] != OK:
+            continue
+        clean = {k: v for k, v in row.items() if not missing(v)}
+        best = (row["mixer"], row[CELL], row["seed"], row["optim.lr"]) in chosen
+        run = run_of(row["mixer"], clean, best)
+        if run is not None:
+            runs.append(run)
     return runs

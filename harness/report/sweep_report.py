@@ -5,6 +5,7 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
 
@@ -16,12 +17,14 @@ from harness.config.figure_specs import (
     declared_figures,
     default_figures,
 )
+from harness.readouts.cell_law import CellLaw, laws_frame
+from harness.readouts.restarts import CAPACITY
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget, rate_chosen
 from harness.report.capacity_figure import capacity_figure, lined
-from harness.report.capacity_law import MixerLaw, capacity_laws, law_notes
-from harness.report.capacity_runs import capacity_runs
+from harness.report.capacity_law import cells_and_laws, law_notes, restart_frame
+from harness.report.capacity_runs import design_runs
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.load_curve import load_figure
 from harness.report.page import write_page
@@ -148,23 +151,28 @@ def draw(
     point_keys: list[str],
     rows: list[dict],
     specs: list[FigureSpec],
-    laws: dict[str, MixerLaw] | None = None,
+    laws: dict[tuple[str, str], CellLaw] | None = None,
     threshold: float | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> dict[str, Figure]:
     """The figures of `specs` by file name, those the records hold (a figure for a variable
     that was not varied, or a task that is not there, is left out); `rows`, the jobs behind
-    them, give a load curve's seeds and every figure's budget; `laws` and `threshold`, the
-    capacity law's. The default rule leaves the accuracy against state out of load curves:
+    them, give a load curve's seeds and every figure's budget; `laws` (by mixer and
+    estimand), `threshold` and `cells` (`harness.report.capacity_law.cells_and_laws`), the
+    capacity figure's. The default rule leaves the accuracy against state out of load curves:
     its accuracy would be a token-weighted mean over the tested loads, no one load and no
     readout; the capacity figure (or the load curves' legend) gives the readout against
     the state."""
     threshold = default_threshold() if threshold is None else threshold
-    runs = capacity_runs(points, point_keys, rows, variant_names(points, point_keys))
+    names = variant_names(points, point_keys)
+    frame = restart_frame(rows, points, point_keys, names)
+    runs = design_runs(frame, cells if cells is not None else pd.DataFrame())
+    capacity = {m: law for (m, e), law in (laws or {}).items() if e == CAPACITY}
     named, named_keys = variants(points, point_keys)
     subtitle = budget(rows)
     drawers = {
         "load_curve": lambda _: load_figure(named, named_keys, rows, threshold),
-        "capacity": lambda _: capacity_figure(runs, rows, laws or {}, threshold),
+        "capacity": lambda _: capacity_figure(runs, rows, capacity, threshold),
         "test_length": lambda _: length_figure(named, named_keys, subtitle),
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
@@ -241,23 +249,27 @@ def report(
     points = aggregate(rows, point_keys)
     notes = opening_notes(rows, swept, rate_chosen(rows))
     names = variant_names(points, point_keys)
-    laws = capacity_laws(capacity_runs(points, point_keys, rows, names), threshold)
+    cells, laws = cells_and_laws(rows, points, point_keys, names)
     chosen = description.get("swept")
     specs = figure_specs(points, point_keys, chosen, description.get("experiment"))
-    drawn = draw(points, point_keys, rows, specs, laws, threshold)
+    drawn = draw(points, point_keys, rows, specs, laws, threshold, cells)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
-    notes.extend(law_notes(laws))
-    table = point_rows(points, point_keys, "optim.lr" in swept, threshold, laws, names)
+    notes.extend(law_notes(laws, cells, threshold))
+    lr_grid = "optim.lr" in swept
+    table = point_rows(points, point_keys, lr_grid, threshold, laws, names, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(points, rows, threshold)
     origin = provenance(sweep, description, rows)
     page = write_page(
         out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
-        threshold, fitted=any(lined(law) for law in laws.values()),
+        threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
     )  # fmt: skip
     print_console(table, [*notes, *summary], problems)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
+    if laws:
+        laws_frame(laws).to_csv(out / "laws.csv", index=False)
+        written.insert(1, out / "laws.csv")
     print(f"written to {out}: {', '.join(p.name for p in written)}")
     return table

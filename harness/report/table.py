@@ -4,9 +4,13 @@ state per job), and the jobs that did not finish with their error."""
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pandas as pd
+
 from harness.readouts.capacity import level_name, shown
+from harness.readouts.cell_law import CellLaw
+from harness.readouts.restarts import ESTIMANDS
 from harness.records.schema import OK
-from harness.report.capacity_law import MixerLaw
+from harness.report.capacity_law import CELL, cell_key
 from harness.report.points import Point, sort_key, state_value
 
 
@@ -15,17 +19,20 @@ def point_rows(
     point_keys: list[str],
     lr_grid: bool,
     threshold: float,
-    laws: Mapping[str, MixerLaw] | None = None,
+    laws: Mapping[tuple[str, str], CellLaw] | None = None,
     names: Sequence[str] | None = None,
+    cells: pd.DataFrame | None = None,
 ) -> list[dict]:
     """One row per point: parameters, state (the mixer's floats per layer, the convolutions'
     windows apart), accuracy (mean, std over seeds:
     blank for one seed), counts, convergence, baselines, accuracy at each test length, the
     load-curve readouts, and the note when not ok; numbers at full precision (`table.csv`;
     printing rounds). The readouts are per seed, at `threshold` (the column is named for it:
-    `n90`, `n80`). With `laws` (each mixer's capacity law, `harness.report.capacity_law`,
-    keyed by the names in `names`, aligned with `points`, default each point's model) the
-    columns `b n90 [90%]` and `b n50 [90%]` give the mixer's exponents on each of its rows."""
+    `n90`, `n80`). With `cells` (`harness.report.capacity_law.cells_and_laws`) the point's
+    cell gives `capacity_n90` (its best restart's readout), `learnability` and `restarts`;
+    with `laws` (keyed by (mixer, estimand), the mixers named as in `names`, aligned with
+    `points`, default each point's model) the columns `b n90 in R [90%]` on each estimand
+    give the mixer's exponents on each of its rows."""
     law_of = dict(zip(map(id, points), names or [p.model for p in points], strict=True))
     lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
     baselines = sorted({name for p in points for name in p.baselines})
@@ -48,8 +55,10 @@ def point_rows(
         row.update({f"acc@T={n}": p.by_length.get(n) for n in lengths})
         if any(q.capacity for q in points):
             row.update(capacity_columns(p.capacity, threshold))
+        if cells is not None and not cells.empty:
+            row.update(cell_columns(cells, law_of[id(p)], cell_key(p, point_keys)))
         if laws:
-            row.update(law_columns(laws.get(law_of[id(p)]), threshold))
+            row.update(law_columns(laws, law_of[id(p)], threshold))
         row["status"] = p.status
         row["note"] = p.note
         rows.append(row)
@@ -76,14 +85,40 @@ def capacity_columns(readouts: list[dict], threshold: float) -> dict[str, str]:
     }
 
 
-def law_columns(law: MixerLaw | None, threshold: float) -> dict[str, str | None]:
-    """The mixer's exponents with their intervals: in the stack's rank bound R (`b in R`),
-    and in floats (`b n90`, `b n50`)."""
+def cell_columns(cells: pd.DataFrame, mixer: str, key: str) -> dict[str, Any]:
+    """The point's cell: `capacity_n90` (its best restart's readout, as `shown`),
+    `learnability` (k of n) and `restarts` (n, then the extra restarts outside the design)."""
+    found = cells[(cells["mixer"] == mixer) & (cells[CELL] == key)]
+    if found.empty:
+        return {"capacity_n90": None, "learnability": None, "restarts": None}
+    cell = found.iloc[0]
+    readout = {
+        "n90": cell.get("capacity_n90"),
+        "n90_censoring": cell.get("capacity_censoring")
+        if isinstance(cell.get("capacity_censoring"), str)
+        else None,
+        "n90_low": cell.get("capacity_low"),
+        "n90_high": cell.get("capacity_high"),
+    }
+    extra = int(cell["extra"])
+    return {
+        "capacity_n90": shown(readout, "n90") if cell.get("capacity_readable") else "not learned",
+        "learnability": cell["learnability"],
+        "restarts": f"{cell['restarts']}" + (f" (+{extra} outside the design)" if extra else ""),
+    }
+
+
+def law_columns(
+    laws: Mapping[tuple[str, str], CellLaw], mixer: str, threshold: float
+) -> dict[str, str | None]:
+    """The mixer's exponent in the stack's rank bound R with its interval, on each estimand
+    (`b n90 in R [90%] capacity`, `... typical`)."""
     name = level_name(threshold)
-    rank = law.rank.shown() if law and law.rank else None
-    n90 = law.n90.shown() if law and law.n90 else None
-    n50 = law.n50.shown() if law and law.n50 else None
-    return {f"b {name} in R [90%]": rank, f"b {name} [90%]": n90, "b n50 [90%]": n50}
+    out = {}
+    for estimand in ESTIMANDS:
+        law = laws.get((mixer, estimand))
+        out[f"b {name} in R [90%] {estimand}"] = law.rank.shown() if law else None
+    return out
 
 
 def frontier_rows(rows: list[dict]) -> list[dict]:

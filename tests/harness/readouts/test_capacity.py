@@ -12,6 +12,7 @@ from harness.readouts.capacity import (
     FALLS_WITHIN,
     FLOOR_AT_JUDGING_LOAD,
     HOLDS_EVERY_LOAD,
+    INTERVAL,
     LEFT,
     NEAR_CEILING,
     NOT_LIMITED,
@@ -82,12 +83,17 @@ def test_capacity_limited_within_the_tested_loads_has_a_sampling_error():
     assert shown(record, "n90", with_error=True).startswith(f"{record['n90']:.3g} ± ")
 
 
-def test_a_fall_within_a_quarter_of_the_largest_load_says_its_readout_is_a_lower_bound():
-    # holds 0.9 to 32 pairs and falls before 64: n90 ~ 55 >= 0.75 x 64, censored at the ceiling
+def test_a_fall_within_a_quarter_of_the_largest_load_is_read_between_its_two_loads():
+    # holds 0.9 to 32 pairs and falls before 64: n90 ~ 55 >= 0.75 x 64, near the ceiling;
+    # converged, the fall was seen: between 32 and 64, the loads tested, not a lower bound
     acc = curve(1, 1, 0.99, 0.98, 0.98, 0.97, 0.88)
     record = readout(acc, MQAR_FLOORS, 0.9, "converged", EXAMPLES)
     assert (record["verdict"], record["why"]) == (CAPACITY_LIMITED, NEAR_CEILING)
-    assert record["n90_censoring"] == RIGHT and shown(record, "n90").startswith(">=")
+    assert record["n90_censoring"] == INTERVAL and shown(record, "n90") == "[32, 64)"
+    assert (record["n90_low"], record["n90_high"]) == (32, 64) and 48 < record["n90"] < 64
+    # a run not judged converged: the task, not the state, may hold it down there
+    unknown = readout(acc, MQAR_FLOORS, 0.9, None, EXAMPLES)
+    assert unknown["n90_censoring"] == RIGHT and shown(unknown, "n90").startswith(">=")
     # the same fall below the last quarter reads a value, and says so
     lower = readout(curve(1, 1, 0.99, 0.95, 0.7, 0.4, 0.2), MQAR_FLOORS, 0.9, "converged")
     assert lower["why"] == FALLS_WITHIN and lower["n90_censoring"] is None

@@ -10,18 +10,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.readouts.cell_law import observations
 from harness.readouts.censored_law import fit_censored_law
+from harness.readouts.restarts import CAPACITY, TYPICAL, restarts
 from harness.records.sweep import flat_row
 from harness.report.capacity_figure import capacity_figure, law_label, no_fit_note
-from harness.report.capacity_law import capacity_laws, observations
-from harness.report.capacity_runs import capacity_runs
+from harness.report.capacity_law import CELL, cells_and_laws, restart_frame
+from harness.report.capacity_runs import design_runs
 from harness.report.points import aggregate, clean_rows
 from harness.report.reread import reread
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record
 from tests.harness.synthetic import state_floats, write_sweep
 
-KEYS = ["backbone.d_model", "seed"]
+KEYS = ["backbone.d_model"]
 
 
 def law_n90(d_model: int, seed: int) -> float:
@@ -48,52 +50,74 @@ def law_records() -> list[dict]:
     return records
 
 
-def runs_of(records: list[dict], threshold: float = 0.9):
+def read(records: list[dict], threshold: float = 0.9):
+    """(runs drawn, rows, the capacity laws by mixer, every law, the restarts, the cells)."""
     rows = reread(clean_rows(pd.DataFrame([flat_row(r) for r in records])), threshold)
     points = aggregate(rows, KEYS)
-    return capacity_runs(points, KEYS, rows), rows
+    names = [p.model for p in points]
+    cells, laws = cells_and_laws(rows, points, KEYS, names)
+    frame = restart_frame(rows, points, KEYS, names)
+    capacity = {m: law for (m, e), law in laws.items() if e == CAPACITY}
+    return design_runs(frame, cells), rows, capacity, laws, restarts(frame, "mixer"), cells
+
+
+def runs_of(records: list[dict], threshold: float = 0.9):
+    runs, rows, capacity, *_ = read(records, threshold)
+    return runs, rows, capacity
 
 
 def test_the_fit_keeps_censored_runs_and_leaves_out_training_limited_ones() -> None:
-    runs, _ = runs_of(law_records())
+    runs, _, capacity, laws, frame, cells = read(law_records())
     linear = [r for r in runs if r.mixer == "linear"]
     kinds = sorted(str(r.n90_censoring) for r in linear if r.fitted)
     assert kinds.count("left") == 3 and kinds.count("right") == 4 and kinds.count("None") == 4
     assert sum(not r.fitted for r in linear) == 1  # the run at the floor
-    law = capacity_laws(runs, 0.9)["linear"]
-    expected = fit_censored_law(observations(linear, "n90"))
-    assert law.n90.b == pytest.approx(expected.b) and law.n90.n == 11
-    assert law.n90.counts == {"exact": 4, "left": 3, "right": 4, "interval": 0}
-    assert 0.6 < law.n90.b < 1.4  # 0.81 below 64 pairs; the held loads at 128 pull it up
-    assert law.rank is not None and law.primary is not None
-    in_rank = observations(linear, "n90", "rank_bound")
-    assert law.rank.b == pytest.approx(fit_censored_law(in_rank).b)
-    assert law.held and law.c_range is not None  # a refit without each width that allows one
-    assert "softmax" not in capacity_laws(runs, 0.9)  # lower bounds only
+    assert sum(r.best for r in linear) == 4  # one best restart a width
+    typical = laws[("linear", TYPICAL)]
+    keys = ["mixer", CELL]
+    mine = cells[cells["mixer"] == "linear"]
+    expected = fit_censored_law(observations(frame, mine, TYPICAL, keys, "rank_bound"))
+    assert typical.rank.b == pytest.approx(expected.b) and typical.rank.n == 11
+    assert typical.rank.counts == {"exact": 4, "left": 3, "right": 4, "interval": 0}
+    law = capacity["linear"]  # d_model 16's best alone (below the judging load), the rest
+    assert law.rank.counts == {"exact": 4, "left": 1, "right": 4, "interval": 0}
+    assert 0.6 < law.floats.b < 1.6  # 0.81 below 64 pairs; the held loads at 128 pull it up
+    assert law.primary is not None and law.held and law.c_range is not None
+    assert math.isnan(law.rank.b_low)  # read at two widths: the scatter about the law unknown
+    assert "softmax" not in capacity  # lower bounds only
+    learnability = dict(zip(mine["state.mixer_floats_per_layer"], mine["learnability"]))
+    assert learnability == {144: "0 of 3", 544: "3 of 3", 2112: "2 of 3", 8320: ">=3 of 3"}
 
 
-def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
+def third_width() -> list[dict]:
+    """The records without d_model 128 and with d_model 48: read at three widths."""
     held = [
         r
         for r in law_records()
         if (r["model"], r["config"]["backbone"]["d_model"]) != ("linear", 128)
     ]
-    third = [curve_record("linear", 48, s, accuracies(law_n90(48, s))) for s in (0, 1, 2)]
-    runs, rows = runs_of(held + third)  # read at three state sizes (d_model 32, 48, 64): a line
-    laws = capacity_laws(runs, 0.9)
+    return held + [curve_record("linear", 48, s, accuracies(law_n90(48, s))) for s in (0, 1, 2)]
+
+
+def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
+    runs, rows, laws = runs_of(third_width())  # read at d_model 32, 48, 64: a line
     fig = capacity_figure(runs, rows, laws, 0.9)
     ax = fig.axes[0]
     gids = [c.lines[0].get_gid() for c in ax.containers]
     assert gids.count("upper_bound:linear") == 3  # below the judging load: arrows down
     assert gids.count("lower_bound:linear") == 1 and gids.count("lower_bound:softmax") == 2
-    assert gids.count("run:linear") == 7
+    assert gids.count("run:linear") + gids.count("interval:linear") == 7
     hollow = [c for c in ax.containers if c.lines[0].get_markerfacecolor() == "white"]
     assert len(hollow) == 1  # the one run still rising; the run at the floor is not drawn
+    large = [c for c in ax.containers if c.lines[0].get_markersize() > 9]
+    assert len(large) == 4 + 1  # linear's best restart a width, softmax's
     fit = next(line for line in ax.lines if line.get_gid() == "fit:linear")
-    low, high = laws["linear"].n90.floats_range
+    low, high = laws["linear"].floats.floats_range
     assert fit.get_xdata()[0] == pytest.approx(low) and fit.get_xdata()[-1] == pytest.approx(high)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert f"linear: b = {laws['linear'].n90.shown()} (11 runs, 4 censored)" in labels
+    fit = laws["linear"].floats
+    censored = fit.counts["left"] + fit.counts["right"]
+    assert f"linear: b = {fit.shown()} ({fit.n} readouts, {censored} censored)" in labels
     assert "softmax: no fit (censored readouts only)" in labels
     assert any(label.startswith("hollow: not converged") for label in labels)
     # linear's dashed line is its rank bound; softmax's, a KV cache, the tokens it keeps
@@ -107,26 +131,27 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
 
 
 def test_a_law_whose_interval_reaches_zero_draws_no_line_and_says_why() -> None:
-    runs, rows = runs_of(law_records())
-    laws = capacity_laws(runs, 0.9)
-    loose = replace(laws["linear"], n90=replace(laws["linear"].n90, b_low=-0.5))
+    runs, rows, laws = runs_of(third_width())
+    law = laws["linear"]
+    loose = replace(law, floats=replace(law.floats, b_low=-0.5))
     fig = capacity_figure(runs, rows, {"linear": loose}, 0.9)
     assert not [line for line in fig.axes[0].lines if line.get_gid() == "fit:linear"]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    expected = f"linear: b = {loose.n90.shown()} (11 runs, 7 censored; not pinned (the interval"
-    assert any(label.startswith(expected) for label in labels), labels
+    expected = f"linear: b = {loose.floats.shown()} ("
+    assert any(
+        label.startswith(expected) and "not pinned (the interval" in label for label in labels
+    ), labels
 
 
 def test_a_law_read_at_two_state_sizes_draws_no_line_and_says_why() -> None:
-    """Two parameters fit two read state sizes exactly: nothing tests the line's shape."""
-    runs, rows = runs_of(law_records())  # read at d_model 32 and 64 only
-    laws = capacity_laws(runs, 0.9)
-    assert laws["linear"].n90.b_low > 0  # pinned, yet not drawn
+    """Two parameters fit two read state sizes exactly: nothing tests the line's shape, and
+    nothing says how far widths scatter about it, so b has no interval."""
+    runs, rows, laws = runs_of(law_records())  # read at d_model 32 and 64 only
+    assert math.isnan(laws["linear"].floats.b_low)
     fig = capacity_figure(runs, rows, laws, 0.9)
     assert not [line for line in fig.axes[0].lines if line.get_gid() == "fit:linear"]
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    shown = laws["linear"].n90.shown()
-    assert f"linear: b = {shown} (11 runs, 7 censored; read at 2 state sizes: no line)" in labels
+    assert any(label.startswith("linear: b = ") and "not pinned" in label for label in labels)
 
 
 def test_a_run_judged_by_an_older_rule_is_judged_anew_by_the_last_third_rule() -> None:
@@ -153,17 +178,17 @@ def test_a_reason_for_no_fit_that_three_mixers_share_is_written_once_with_the_ot
 
 
 def test_another_threshold_names_every_label() -> None:
-    runs, rows = runs_of(law_records(), threshold=0.8)
-    fig = capacity_figure(runs, rows, capacity_laws(runs, 0.8), 0.8)
+    runs, rows, laws = runs_of(law_records(), threshold=0.8)
+    fig = capacity_figure(runs, rows, laws, 0.8)
     assert fig.axes[0].get_ylabel().startswith("n80: largest load at accuracy >= 0.8")
-    assert "n80 per run" in fig._suptitle.get_text()
+    assert "n80 per restart" in fig._suptitle.get_text()
 
 
 def test_no_figure_without_two_state_sizes() -> None:
     records = [curve_record("linear", 64, s, accuracies(law_n90(64, s))) for s in (0, 1, 2)]
-    runs, rows = runs_of(records)
+    runs, rows, laws = runs_of(records)
     assert capacity_figure(runs, rows, {}, 0.9) is None
-    assert capacity_laws(runs, 0.9) == {}
+    assert laws == {}
 
 
 def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path, capsys) -> None:
@@ -176,7 +201,11 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     assert linear[16]["n90"] == "<2; <2; <2" and linear[128]["n90"] == ">=64; >=64; >=64"
     assert linear[32]["n90"].split("; ")[2].startswith(">=")  # still rising: a lower bound
     assert linear[64]["verdict"].endswith("training_limited (at_floor)")
-    assert len({row["b n90 [90%]"] for row in linear.values()}) == 1
+    assert len({row["b n90 in R [90%] capacity"] for row in linear.values()}) == 1
+    assert linear[16]["capacity_n90"] == "<2" and linear[16]["learnability"] == "0 of 3"
+    assert linear[128]["learnability"] == ">=3 of 3" and linear[128]["restarts"] == "3"
+    laws = pd.read_csv(sweep / "report" / "laws.csv")
+    assert list(laws["estimand"]) == ["capacity", "typical"] and set(laws["model"]) == {"linear"}
     assert linear[32]["read_seeds"] == "0, 1, 2" and linear[32]["seeds"] == 3
     assert all("seeds_read" not in row for row in table)
     with open(sweep / "report" / "table.csv") as handle:
@@ -191,7 +220,8 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     assert "A line is the power law" not in shown and "{fit}" not in shown
     assert "for softmax, whose state is its KV cache, the T tokens it keeps" in shown
     printed = capsys.readouterr().out
-    assert "capacity law: linear n90 = " in printed and "b in R = " in printed
+    assert "capacity law: linear, on capacity" in printed and "b in R = " in printed
+    assert "typical law: linear, on the typical restart" in printed
     assert "Cell linear d_model=16, 3 seeds (0, 1, 2): n90 <2; <2; <2; 3 " in printed
     assert "n90 <2 ; " not in printed and ": seeds " not in printed
 
@@ -201,4 +231,4 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     read90 = float(linear[64]["n90"].split(";")[0].split(" ")[0])
     read80 = float(linear80[64]["n80"].split(";")[0].split(" ")[0])
     assert read80 > read90  # a lower level is held further: read anew, not the stored value
-    assert "capacity law: linear n80 = " in capsys.readouterr().out
+    assert "capacity law: linear, on capacity" in capsys.readouterr().out

@@ -37,9 +37,9 @@ from harness.readouts.drop_one_width import HeldOut, by_cell, held_out, predicte
 from harness.readouts.proportional_law import ProportionalLaw, fit_proportional_law
 from harness.readouts.restarts import (
     CAPACITY,
+    ESTIMANDS,
     LEFT,
     REACH,
-    ESTIMANDS,
     STATE_COLUMNS,
     TYPICAL,
     reaches,

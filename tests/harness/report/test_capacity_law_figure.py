@@ -85,7 +85,9 @@ def test_the_fit_keeps_censored_runs_and_leaves_out_training_limited_ones() -> N
     assert law.primary is not None and law.held and law.c_range is not None
     assert math.isnan(law.rank.b_low)  # read at two widths: the scatter about the law unknown
     assert "softmax" not in capacity  # lower bounds only
-    learnability = dict(zip(mine["state.mixer_floats_per_layer"], mine["learnability"]))
+    learnability = dict(
+        zip(mine["state.mixer_floats_per_layer"], mine["learnability"], strict=True)
+    )
     assert learnability == {144: "0 of 3", 544: "3 of 3", 2112: "2 of 3", 8320: ">=3 of 3"}
 
 

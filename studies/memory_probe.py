@@ -10,9 +10,11 @@ Update rules (per write of key k, value v; keys have unit norm):
 
     sum           S <- S + k v^T                    eq. 8 without the normaliser (`linear`,
                                                     `identity`; RetNet with gamma = 1)
-    delta         S <- S + k (v - S^T k)^T          the delta rule with beta = 1, one pass
-                                                    (DeltaNet): re-writing a key overwrites it
-    gated_delta   S <- g (I - k k^T) S + k v^T      the gated delta rule (Gated DeltaNet) with
+    delta         S <- S + b k (v - S^T k)^T        the delta rule with a fixed write strength
+                                                    b = `beta` (default 1), one pass
+                                                    (DeltaNet learns beta in (0, 1)): at 1,
+                                                    re-writing a key overwrites it
+    gated_delta   S <- g (I - b k k^T) S + b k v^T  the gated delta rule (Gated DeltaNet) with
                                                     a fixed decay g per write (default 0.95)
     mamba2        S <- exp(-dt A) S + dt k v^T      Mamba-2's selective update with B = k,
                                                     x = v and the read-out C = q: per head
@@ -107,16 +109,23 @@ def draw_mamba2_gate(rng: np.random.Generator, batch: int) -> tuple[np.ndarray, 
 
 
 def write(
-    rule: str, S: np.ndarray, k: np.ndarray, v: np.ndarray, decay: float, gate: tuple
+    rule: str,
+    S: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    decay: float,
+    gate: tuple,
+    beta: float = 1.0,
 ) -> np.ndarray:
-    """One write of k [B, D], v [B, d_v] into S [B, D, d_v] by `rule`."""
+    """One write of k [B, D], v [B, d_v] into S [B, D, d_v] by `rule` (`beta`: the delta
+    rules' write strength)."""
     outer = k[:, :, None] * v[:, None, :]
     if rule == "sum":
         return S + outer
     if rule in ("delta", "gated_delta"):
         old = np.einsum("bd,bde->be", k, S)  # what S returns for k
-        S = S - k[:, :, None] * old[:, None, :]  # (I - k k^T) S
-        return (decay * S if rule == "gated_delta" else S) + outer
+        S = S - beta * k[:, :, None] * old[:, None, :]  # (I - b k k^T) S
+        return (decay * S if rule == "gated_delta" else S) + beta * outer
     if rule == "mamba2":
         a, dt = gate
         return a[:, None, None] * S + dt[:, None, None] * outer
@@ -143,6 +152,7 @@ def accuracy_curves(
     heads: int = 2,
     seed: int = 0,
     decay: float = 0.95,
+    beta: float = 1.0,
     stop: float = 0.6,
     n_max: int | None = None,
 ) -> dict:
@@ -165,7 +175,7 @@ def accuracy_curves(
     out = {name: [] for name in ("argmax", "nearest", "error")}
     n_values = []
     for n in range(1, n_max + 1):
-        S = write(rule, S, K[:, n - 1], values[:, n - 1], decay, gate)
+        S = write(rule, S, K[:, n - 1], values[:, n - 1], decay, gate, beta)
         reads = K[:, :n] @ S  # [B, n, d_v]: r_j = S^T k_j
         argmax = strict_hits(reads @ np.swapaxes(codebook, 1, 2), stored[:, :n])
         own = np.broadcast_to(np.arange(n), (batch, n))
@@ -360,14 +370,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--heads", type=int, default=2, help="independent memories per trial")
     p.add_argument("--decay", type=float, default=0.95, help="gated_delta's decay g per write")
+    p.add_argument("--beta", type=float, default=1.0, help="the delta rules' write strength")
     p.add_argument("--boots", type=int, default=200, help="bootstrap resamples for n90's range")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="folder for memory_probe.json, .csv and the heatmaps")
     p.add_argument("--figure-vocab", type=int, default=DEFAULT_VOCAB, help="V of the heatmaps")
     p.add_argument("--quick", action="store_true", help="V = 128 only, 10 trials")
     args = p.parse_args(argv)
-    if not 0 < args.decay <= 1:
-        p.error(f"--decay={args.decay} is invalid: must be in (0, 1]")
+    for name in ("decay", "beta"):
+        if not 0 < getattr(args, name) <= 1:
+            p.error(f"--{name}={getattr(args, name)} is invalid: must be in (0, 1]")
     for name in ("trials", "heads", "boots"):
         if getattr(args, name) < 1:
             p.error(f"--{name}={getattr(args, name)} is invalid: must be >= 1")
@@ -378,11 +390,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         k: getattr(args, k)
         for k in ("rules", "keys", "key_dims", "value_dims", "vocabs", "trials", "heads")
     }
-    settings.update(decay=args.decay, boots=args.boots, seed=args.seed, threshold=THRESHOLD)
+    settings.update(decay=args.decay, beta=args.beta, boots=args.boots, seed=args.seed)
+    settings["threshold"] = THRESHOLD
     rows = surface(
         args.rules, args.keys, args.key_dims, args.value_dims, args.vocabs,
         trials=args.trials, heads=args.heads, seed=args.seed, decay=args.decay,
-        boots=args.boots,
+        beta=args.beta, boots=args.boots,
     )  # fmt: skip
     for V in args.vocabs:
         for readout in READOUTS:

@@ -15,6 +15,7 @@ tables."""
 import argparse
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ import matplotlib
 import numpy as np
 
 from harness.readouts.capacity import FLOOR_AT_JUDGING_LOAD
-from harness.readouts.censored_law import LEFT, RIGHT
+from harness.readouts.censored_law import INTERVAL, LEFT, RIGHT
 from harness.records.schema import OK
 from harness.records.sweep import load_sweep
 from harness.report.capacity_runs import CapacityRun, run_of
@@ -86,13 +87,16 @@ def runs_of(sweep: Path) -> list[Found]:
 
 
 def n90_shown(run: CapacityRun) -> str:
-    """A run's n90 as read: `5.2`, `< 2`, `>= 9.1`, `>= 9.1 rising`, `floor`, `rising < 2`."""
+    """A run's n90 as read: `5.2`, `< 2`, `>= 9.1`, `>= 9.1 rising`, `[48, 64)` (between two
+    tested loads near the ceiling), `floor`, `rising < 2`."""
     if not run.fitted:
         return "floor" if run.why == FLOOR_AT_JUDGING_LOAD else "rising < 2"
     if run.n90_censoring == LEFT:
         return f"< {run.n90:g}"
     if run.n90_censoring == RIGHT:
         return f">= {run.n90:.3g}" + (" rising" if run.training == "still_rising" else "")
+    if run.n90_censoring == INTERVAL:
+        return f"[{run.n90_low:g}, {run.n90_high:g})"
     return f"{run.n90:.3g}"
 
 
@@ -123,11 +127,14 @@ def centre(runs: list[CapacityRun]) -> float | None:
 
 def median_reading(runs: list[CapacityRun]) -> tuple[str, float]:
     """The middle seed's n90 as (mark, value): `<` below the judging load (left-censored, at
-    the floor, or rising below it), `>=` a lower bound, `` a reading; seeds ordered by value."""
+    the floor, or rising below it), `>=` a lower bound (an interval's low end), `` a reading;
+    seeds ordered by value."""
 
     def reading(run: CapacityRun) -> tuple[str, float]:
         if not run.fitted or run.n90_censoring == LEFT:
             return "<", float(run.n90 or 2.0) if run.fitted else 2.0
+        if run.n90_censoring == INTERVAL:
+            return ">=", float(run.n90_low)
         return (">=" if run.n90_censoring == RIGHT else ""), float(run.n90)
 
     ordered = sorted((reading(r) for r in runs), key=lambda mv: (mv[1], mv[0] != "<"))
@@ -249,10 +256,10 @@ def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
                 trained[at] = float(middle.lstrip(">="))
             if middle.startswith(">="):
                 bounds.append(at)
-            texts[at] = c["n90 by seed"].replace(", ", "\n")
+            texts[at] = "\n".join(re.split(r", (?![^\[]*\))", c["n90 by seed"]))
         title = f"{family}: trained n90, 2 heads (colour: the middle seed)"
         image = panel(grid_axes[i][0], trained, texts, axes, title, norm)
-        for y, x in bounds:  # a lower bound: hatched
+        for y, x in bounds:  # a lower bound (or an interval's low end): hatched
             box = Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", linewidth=0)
             grid_axes[i][0].add_patch(box)
         rule, probed, probe_texts = PROBE_RULE.get(family), np.full(shape, np.nan), {}
@@ -268,7 +275,8 @@ def draw_grid(cells: list[dict], probe: list[dict], path: Path) -> Path:
         image,
         ax=grid_axes,
         shrink=0.7,
-        label="n90 (hatched: a lower bound; grey: below 2 pairs, at the floor, or not run)",
+        label="n90 (hatched: a lower bound, or [low, high) its low end; grey: below 2 pairs, "
+        "at the floor, or not run)",
     )
     ticks = [1, 2, 4, 8, 16, 32, 64]
     bar.set_ticks(ticks, labels=[str(t) for t in ticks])

@@ -84,21 +84,11 @@ class CensoredLaw:
         return self.a * floats**self.b
 
     def prediction_interval(self, floats: float, runs: int) -> tuple[float, float]:
-        """Where the geometric mean of `runs` new readouts at `floats` falls with probability
-        `level`: exp(mu +- t(m - 2) sqrt(sigma^2 m / (m - 2) / runs + var mu)), var mu from
-        the covariance of (log a, b), m the effective readouts (`effective_runs`), sigma^2 m /
-        (m - 2) its unbiased residual variance; NaN where m <= 2 or unknown."""
+        """Where the geometric mean of `runs` new readouts at a new width `floats` falls with
+        probability `level` (`new_width_interval`, var mu from the covariance of (log a, b))."""
         x = np.array([1.0, math.log(floats)])
-        m = self.effective
-        free = m - 2
-        if not free > 0:  # the readouts hold nothing about the scatter: no interval
-            return math.nan, math.nan
-        residual = self.sigma**2 * m / free / runs
-        variance = residual + float(x @ np.array(self.mean_covariance) @ x)
-        half = stats.t.ppf(0.5 + self.level / 2, free) * math.sqrt(variance)
-        mu = math.log(self(floats))
-        half = min(half, 700.0)  # exp's range: a t on a fraction of a degree of freedom
-        return math.exp(mu - half), math.exp(mu + half)
+        var_mu = float(x @ np.array(self.mean_covariance) @ x)
+        return new_width_interval(math.log(self(floats)), var_mu, self, runs)
 
     @property
     def aic(self) -> float:
@@ -306,6 +296,29 @@ def lack_of_fit(
     )
 
 
+def new_width_interval(mu: float, var_mu: float, law: "CensoredLaw", runs: int) -> tuple:
+    """exp(mu +- t(nu) sqrt(V)) at a new width, with the random effect per width of
+    `slope_interval` (r = max(1, F), nu its degrees of freedom): the new width's own offset
+    from the law, s^2 (r - 1) / k_bar (k_bar readouts a width in the fit), its `runs`
+    readouts' spread s^2 / runs (s^2 the restarts' variance within a width, `LackOfFit`;
+    sigma^2 m / (m - 2) without one, m the effective readouts), and the law's uncertainty
+    there, `var_mu` r:
+
+        V = s^2 ((r - 1) / k_bar + 1 / runs) + var mu r.
+
+    `law` gives sigma, m (`effective`), the lack of fit and the level. NaN where the readouts
+    hold nothing about the scatter (m <= 2 or unknown)."""
+    m, lack = law.effective, law.lack_of_fit
+    if not m - 2 > 0:
+        return math.nan, math.nan
+    r, free = widening(m - 2, lack)
+    per_width = (lack.df[1] + lack.df[0] + 2) / (lack.df[0] + 2) if lack else 1.0
+    spread = lack.spread**2 if lack else law.sigma**2 * m / (m - 2)
+    variance = spread * ((r - 1) / per_width + 1 / runs) + var_mu * r
+    half = min(stats.t.ppf(0.5 + law.level / 2, free) * math.sqrt(variance), 700.0)
+    return math.exp(mu - half), math.exp(mu + half)  # the half-width capped to exp's range
+
+
 def effective_runs(info_log_sigma: float, sigma: float, d: Design) -> float:
     """How many exact readouts the observations are worth for the residual sigma: the observed
     information about log sigma over what one exact readout carries. An exact readout with
@@ -329,23 +342,32 @@ def slope_interval(
         V = se^2 m / (m - p) r,   nu = r^2 / (1 / (m - p) + (r - 1)^2 / (c - p)),
         b +- t(nu) sqrt(V),
 
-    p = `means` parameters in the law's mean, c the widths read. At r = 1 it is least squares'
-    exact interval (t on m - p); as the widths scatter more than the restarts, V grows by r
-    (the widths, not the runs, become the units) and nu falls towards the widths' c - p,
-    continuously: no switch at F = 1. Where a width has no replicate, the readouts' own
-    scatter is the widths' (r = 1 on m - p). A censored readout tells less about sigma than a
-    read one (it adds less than one to m), so fewer read widths give a wider interval; with
-    two or fewer readings there is none (`fit_censored_law`). Its coverage is measured on
-    simulated sweeps built like the committed ones (`studies.law_coverage`,
+    p = `means` parameters in the law's mean, c the widths read. At r = 1 it is least
+    squares' exact interval (t on m - p); as the widths scatter more than the restarts, V
+    grows by r (the widths, not the runs, become the units) and nu falls towards the widths'
+    c - p, continuously: no switch at F = 1. Scaling the pooled se by F is conservative where
+    the restarts' spread is narrow (the capacity's restarts within 0.8 of their best): a
+    measured choice, the tighter MS_between / s^2 covered 0.84 of simulated sweeps whose
+    learning grows with width. A censored readout tells less about sigma than a read one (it
+    adds less than one to m), so fewer read widths give a wider interval; with two read
+    widths or fewer there is none (`fit_censored_law`). Its coverage is measured on simulated
+    sweeps built like the committed ones (`studies.law_coverage`,
     tests/harness/readouts/test_law_coverage.py)."""
     within = runs - means
     if not (within > 0 and math.isfinite(se)):
         return math.nan, math.nan
-    r = max(1.0, lack.f) if lack is not None else 1.0
-    between = lack.df[0] if lack is not None else math.inf
-    free = r**2 / (1 / within + (r - 1) ** 2 / between)
+    r, free = widening(within, lack)
     half = stats.t.ppf(0.5 + level / 2, free) * se * math.sqrt(runs / within * r)
     return b - half, b + half
+
+
+def widening(within: float, lack: LackOfFit | None) -> tuple[float, float]:
+    """(r, nu) of `slope_interval`: r = max(1, F) and Satterthwaite's degrees of freedom
+    r^2 / (1 / `within` + (r - 1)^2 / (c - p)); (1, `within`) without a lack-of-fit test."""
+    if lack is None:
+        return 1.0, within
+    r = max(1.0, lack.f)
+    return r, r**2 / (1 / within + (r - 1) ** 2 / lack.df[0])
 
 
 def fit_censored_law(
@@ -371,12 +393,13 @@ def fit_censored_law(
     runs = min(effective_runs(float(information[2, 2]), math.exp(log_sigma), design), len(read))
     if len({o.floats for o in read}) <= 2:  # a line through two widths: the scatter unknown
         runs = math.nan
+    sigma = math.sqrt(math.exp(2 * log_sigma) + MIN_SIGMA**2)
     low, high = slope_interval(float(b), se, runs, lack, level)
     exact = [o.floats for o in observations if o.kind in (EXACT, INTERVAL)]
     return CensoredLaw(
         a=math.exp(log_a),
         b=float(b),
-        sigma=math.sqrt(math.exp(2 * log_sigma) + MIN_SIGMA**2),
+        sigma=sigma,
         log_likelihood=log_l,
         b_low=float(low),
         b_high=float(high),

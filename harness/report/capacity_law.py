@@ -135,14 +135,14 @@ def against_floats(law: CellLaw) -> str:
 
 
 def law_widths(law: CellLaw) -> str:
-    """`5 widths (R 4-16): 3 read, 1 left-censored, 1 right-censored; 1 width left out (its
-    chosen restart not a readout); 30 restarts`."""
-    counts = law.rank.counts
-    bounds = law.widths
+    """`14 readouts at 5 widths (R 4-16), 3 read: 8 exact, 6 left-censored, 0 right-censored,
+    0 interval-censored; 30 restarts`."""
+    counts, bounds = law.rank.counts, law.widths
     return (
-        f"{law.fitted} widths (R {bounds[0]:g}-{bounds[-1]:g}): {law.read} read, "
-        f"{counts[LEFT]} left-censored, {counts[RIGHT]} right-censored; "
-        f"{law.left_out} left out (its chosen restart not a readout); {law.restarts} restarts"
+        f"{law.rank.n} readouts at {law.fitted} widths (R {bounds[0]:g}-{bounds[-1]:g}), "
+        f"{law.read} read: {counts['exact']} exact, {counts[LEFT]} left-censored, "
+        f"{counts[RIGHT]} right-censored, {counts['interval']} interval-censored; "
+        f"{law.restarts} restarts"
     )
 
 

@@ -96,7 +96,10 @@ class CensoredLaw:
         return 6 - 2 * self.log_likelihood
 
     def shown(self) -> str:
-        """`0.52 [0.41, 0.63]`."""
+        """`0.52 [0.41, 0.63]`, or `3.05 (no interval)` where the readouts hold nothing about
+        the scatter (read at two widths or fewer)."""
+        if math.isnan(self.b_low):
+            return f"{self.b:.2f} (no interval)"
         return f"{self.b:.2f} [{self.b_low:.2f}, {self.b_high:.2f}]"
 
 

@@ -216,7 +216,7 @@ def law_label(mixer: str, law: CellLaw | None, why: str) -> str:
         censored = fit.counts[LEFT] + fit.counts[RIGHT]
         drawn = "" if pinned(law) else "; not pinned (the interval reaches 0): no line"
         if math.isnan(fit.b_low):
-            drawn = f"; not pinned (read at {read_widths(law)} widths: no interval): no line"
+            drawn = f"; read at {read_widths(law)} widths: not pinned, no line"
         if pinned(law) and not lined(law):
             drawn = f"; read at {read_widths(law)} state sizes: no line"
         return f"{mixer}: b = {fit.shown()} ({fit.n} readouts, {censored} censored{drawn})"

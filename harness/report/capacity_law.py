@@ -110,7 +110,10 @@ def rank_note(law: CellLaw) -> str:
     """b in R with its interval, the exponent 1 against it, its drop-one-width range and the
     widths it predicts."""
     rank = law.rank
-    text = f"b in R = {rank.shown()} ({rank.level:.0%}; {against_exponent_one(law)})"
+    if math.isnan(rank.b_low):
+        text = f"b in R = {rank.b:.2f}, no interval (read at {law.read} widths)"
+    else:
+        text = f"b in R = {rank.shown()} ({rank.level:.0%}; {against_exponent_one(law)})"
     spread = exponent_range(law.held)
     if spread is not None:
         text += f", {spread[0]:.2f}-{spread[1]:.2f} {refits(law)}"

@@ -1,8 +1,9 @@
-"""The runs behind the capacity law (docs/background.md, section 17): each ok load-curve seed's
-readouts (`harness.readouts.capacity`, read anew by `harness.report.reread`) beside its
-mixer's state per layer (`state.mixer_floats_per_layer`: the short convolution's window, which
-holds no earlier binding, left out) and its stack's rank bound (`state.rank_bound_stack`, the
-sum over layers).
+"""The runs the capacity figure draws (docs/background.md, section 17): each ok restart of a
+cell's design (`harness.readouts.restarts`), its best marked, with its readouts
+(`harness.readouts.capacity`, read anew by `harness.report.reread`) beside its mixer's state
+per layer (`state.mixer_floats_per_layer`: the short convolution's window, which holds no
+earlier binding, left out) and its stack's rank bound (`state.rank_bound_stack`, the sum over
+layers).
 
 One rule for weak runs, the same for every family (docs/background.md, "The capacity
 protocol"): a run at its floor is left out and counted; a still-rising run is right-censored
@@ -10,7 +11,6 @@ at its reading (a lower bound), or left out and counted when its reading lies be
 judging load (nothing to read); a converged run that levelled off below the judging load is
 left-censored there."""
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -27,8 +27,7 @@ from harness.readouts.restarts import restarts
 from harness.records.record import KV_CACHES
 from harness.records.schema import OK
 from harness.report.capacity_law import CELL
-from harness.report.load_curve import seeds_of
-from harness.report.points import Point, missing, state_value
+from harness.report.points import missing, state_value
 
 PARTS = ("", "_censoring", "_se_log", "_low", "_high")
 """A readout's fields beside its value (`harness.readouts.capacity.readout`)."""
@@ -116,21 +115,6 @@ def run_of(name: str, seed: dict, best: bool = False) -> CapacityRun | None:
         best=best,
         **{f: seed.get(f"capacity.{f}") for f in fields},
     )
-
-
-def capacity_runs(
-    points: list[Point], point_keys: list[str], rows: list[dict], names: Sequence[str] | None = None
-) -> list[CapacityRun]:
-    """Every ok seed with a load-curve readout behind `points` (the learning rate chosen per
-    point); `names`, aligned with `points`, name the mixers (a model's variants, "linear
-    taylor"), default each point's model."""
-    runs = []
-    for point, name in zip(points, names or [p.model for p in points], strict=True):
-        if point.status != OK or not point.capacity:
-            continue
-        found = (run_of(name, seed) for seed in seeds_of(point, rows, point_keys))
-        runs.extend(run for run in found if run is not None)
-    return runs
 
 
 def design_runs(frame: pd.DataFrame, table: pd.DataFrame) -> list[CapacityRun]:

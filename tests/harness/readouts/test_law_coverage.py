@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from harness.readouts.censored_law import EXACT, LEFT, RIGHT, Observation, fit_censored_law
+from harness.readouts.proportional_law import fit_proportional_law
 from harness.readouts.restarts import CAPACITY, TYPICAL
 from studies.law_coverage import DESIGNS, cell_laws, restart_rows, simulate
 
@@ -78,3 +79,20 @@ def test_the_capacity_of_restarts_that_split_estimates_the_state_law() -> None:
     rng = np.random.default_rng(5)
     bs = [cell_laws(restart_rows(rng, DELTANET))[CAPACITY].b for _ in range(60)]
     assert abs(float(np.median(bs)) - DELTANET.b) < 0.1, np.median(bs)
+
+
+def test_the_line_predicts_a_new_width_within_its_interval() -> None:
+    """n90 = 0.5 (R - 2) with a restart spread of 0.1 on log scale, read at R = 4-16: the
+    primary line's 90% interval for one new readout at R = 24 holds it in at least 85% of
+    simulated sweeps (`ProportionalLaw.prediction_interval`)."""
+    rng = np.random.default_rng(6)
+    inside = 0
+    for _ in range(150):
+        data = [
+            Observation(float(r), EXACT, float(0.5 * (r - 2) * np.exp(rng.normal(0, 0.1))))
+            for r in (4, 6, 8, 12, 16)
+            for _ in range(4)
+        ]
+        low, high = fit_proportional_law(data).prediction_interval(24.0, 1)
+        inside += low <= 0.5 * 22 * np.exp(rng.normal(0, 0.1)) <= high
+    assert inside / 150 >= 0.85, inside / 150

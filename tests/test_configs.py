@@ -60,6 +60,20 @@ def test_a_new_class_with_its_import_is_an_option_of_its_group() -> None:
     assert registered_name(computed.body[0]) is None
 
 
+def test_a_subclass_that_adds_nothing_takes_its_parents_parameters() -> None:
+    """A variant of a mixer or task in a module of its own: one class, a docstring, no
+    `__init__`; its node is its parent's, looked up by name across the folder."""
+    parent = ast.parse(
+        "class RetNet(Mixer):\n    def __init__(self, d_model, n_heads: int = 2, gamma=0.9):\n"
+        "        pass\n"
+    ).body[0]
+    child = ast.parse('@register("zz_echo")\nclass ZzEcho(RetNet):\n    """Echo."""\n').body[0]
+    found = signature_defaults(child, Path("zz_echo.py"), {"RetNet": parent, "ZzEcho": child})
+    assert found == {"n_heads": 2, "gamma": 0.9}
+    with pytest.raises(TypeError, match="ZzEcho has no __init__"):
+        signature_defaults(child, Path("zz_echo.py"))
+
+
 def test_every_task_option_offers_length_generalisation() -> None:
     for name, node in group_nodes("task").items():
         assert node["eval_seq_lens"] == [], name

@@ -41,14 +41,39 @@ def registered_name(node: ast.ClassDef) -> str | None:
     return None
 
 
-def signature_defaults(node: ast.ClassDef, path: Path) -> dict[str, Any]:
-    """The parameters of the class's own `__init__` that have a default, with that (literal)
-    default, in order."""
-    init = next(
-        (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None
-    )
-    if init is None:
-        raise TypeError(f"{path.name}: {node.name} registers no __init__ of its own")
+def own_init(node: ast.ClassDef) -> ast.FunctionDef | None:
+    """The class's own `__init__`, or None."""
+    inits = (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return next(inits, None)
+
+
+def base_names(node: ast.ClassDef) -> list[str]:
+    """The names of the class's bases (`RetNet`, `base.Mixer` -> `Mixer`)."""
+    return [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
+
+
+def inherited_init(
+    node: ast.ClassDef, path: Path, classes: dict[str, ast.ClassDef]
+) -> ast.FunctionDef:
+    """The `__init__` the class runs: its own, else the first one up its bases among the
+    folder's `classes` (a subclass that adds nothing takes its parent's parameters)."""
+    queue, seen = [node], set()
+    while queue:
+        current = queue.pop(0)
+        init = own_init(current)
+        if init is not None:
+            return init
+        seen.add(current.name)
+        queue += [classes[b] for b in base_names(current) if b in classes and b not in seen]
+    raise TypeError(f"{path.name}: {node.name} has no __init__, nor a base in its folder with one")
+
+
+def signature_defaults(
+    node: ast.ClassDef, path: Path, classes: dict[str, ast.ClassDef] | None = None
+) -> dict[str, Any]:
+    """The parameters of the `__init__` the class runs (`inherited_init`, its bases looked up
+    in `classes`) that have a default, with that (literal) default, in order."""
+    init = inherited_init(node, path, classes or {})
     positional = init.args.posonlyargs + init.args.args
     args = positional + init.args.kwonlyargs
     defaults = [None] * (len(positional) - len(init.args.defaults)) + init.args.defaults
@@ -61,19 +86,30 @@ def signature_defaults(node: ast.ClassDef, path: Path) -> dict[str, Any]:
     return out
 
 
+def parsed_classes(folder: Path) -> list[tuple[ast.ClassDef, Path]]:
+    """Every top-level class in the folder's modules, with its file."""
+    return [
+        (node, path)
+        for path in sorted(folder.glob("*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.ClassDef)
+    ]
+
+
 @functools.cache
 def group_nodes(group: str) -> dict[str, dict[str, Any]]:
     """{option: node} of the `model` or `task` group, read from the registered classes."""
+    found = parsed_classes(SOURCES[group])
+    classes = {node.name: node for node, _ in found}
     nodes = {}
-    for path in sorted(SOURCES[group].glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            name = isinstance(node, ast.ClassDef) and registered_name(node)
-            if not name:
-                continue
-            params = signature_defaults(node, path)
-            params = {k: v for k, v in params.items() if k not in NOT_CONFIG[group]}
-            extra = TASK_KEYS if group == "task" else {}
-            nodes[name] = {"name": name, **params, **HEADLINE.get(name, {}), **extra}
+    for node, path in found:
+        name = registered_name(node)
+        if not name:
+            continue
+        params = signature_defaults(node, path, classes)
+        params = {k: v for k, v in params.items() if k not in NOT_CONFIG[group]}
+        extra = TASK_KEYS if group == "task" else {}
+        nodes[name] = {"name": name, **params, **HEADLINE.get(name, {}), **extra}
     return nodes
 
 

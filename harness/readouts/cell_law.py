@@ -28,10 +28,10 @@ import pandas as pd
 from harness.readouts.censored_law import (
     EXACT,
     INTERVAL,
-    KINDS,
     CensoredLaw,
     Observation,
     fit_censored_law,
+    readout_observation,
 )
 from harness.readouts.drop_one_width import HeldOut, by_cell, held_out, predicted_share
 from harness.readouts.proportional_law import ProportionalLaw, fit_proportional_law
@@ -47,7 +47,6 @@ from harness.readouts.restarts import (
 )
 
 AXES = {"floats": STATE_COLUMNS[0], "rank_bound": STATE_COLUMNS[1]}
-KIND = {None: EXACT, **{k: k for k in KINDS}}
 
 
 @dataclass(frozen=True)
@@ -86,13 +85,10 @@ def observation(run: pd.Series | dict, axis: str = "rank_bound") -> Observation 
     size, value = run.get(AXES[axis]), run.get("capacity.n90")
     if not readable(run) or not size or not value or value <= 0:
         return None
-    censoring = run.get("capacity.n90_censoring")
-    kind = KIND[censoring if isinstance(censoring, str) else None]
-    name = f"{run.get(AXES['floats']):g}"
-    if kind == INTERVAL:
-        low, high = run["capacity.n90_low"], run["capacity.n90_high"]
-        return Observation(float(size), kind, float(low), float(high), cell=name)
-    return Observation(float(size), kind, float(value), cell=name)
+    get = run.get
+    name = f"{get(AXES['floats']):g}"
+    low, high = get("capacity.n90_low"), get("capacity.n90_high")
+    return readout_observation(size, get("capacity.n90_censoring"), value, low, high, cell=name)
 
 
 def estimand_runs(design: pd.DataFrame, best: pd.Series | None, estimand: str) -> list:

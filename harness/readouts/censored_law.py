@@ -56,6 +56,23 @@ class Observation:
             raise ValueError(f"floats={self.floats}, value={self.value}: both must be > 0")
 
 
+def readout_observation(
+    size: float,
+    censoring: str | None,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    se_log: float = 0.0,
+    cell: str = "",
+) -> Observation:
+    """A readout at state `size` as an observation: its `censoring` (`left`, `right`,
+    `interval`; anything else read exact), an interval between `low` and `high`."""
+    kind = censoring if censoring in KINDS else EXACT
+    if kind == INTERVAL:
+        return Observation(float(size), kind, float(low), float(high), se_log, cell)
+    return Observation(float(size), kind, float(value), se_log=se_log, cell=cell)
+
+
 @dataclass(frozen=True)
 class CensoredLaw:
     """n = a * floats^b with residual sigma (log scale), its log-likelihood, b's interval at

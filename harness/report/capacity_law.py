@@ -171,20 +171,24 @@ def cell_note(mixer: str, table: pd.DataFrame, threshold: float) -> str:
             if by_rank
             else cell[CELL].split("|", 1)[-1].replace("|", ", ")
         )
-        readout = {
-            "n90": cell.get("capacity_n90"),
-            "n90_censoring": text_or_none(cell.get("capacity_censoring")),
-            "n90_low": cell.get("capacity_low"),
-            "n90_high": cell.get("capacity_high"),
-        }
-        value = shown(readout, "n90") if cell.get("capacity_readable") else "not learned"
-        parts.append(f"{where}: {value}, {cell['learnability']}")
+        parts.append(f"{where}: {capacity_shown(cell)}, {cell['learnability']}")
     head = f"capacity ({level_name(threshold)} of the best restart) and learnability (restarts"
     return f"{head} within {REACH:g} of it): {mixer} at " + "; ".join(parts) + "."
 
 
-def text_or_none(value) -> str | None:
-    return value if isinstance(value, str) else None
+def capacity_shown(cell: pd.Series) -> str:
+    """A cell's capacity as `shown` prints a readout (`8.19`, `<2`, `>=16`, `[48, 64)`), or
+    `not learned` where its best restart is no readout of the state."""
+    if not cell.get("capacity_readable"):
+        return "not learned"
+    censoring = cell.get("capacity_censoring")
+    readout = {
+        "n90": cell.get("capacity_n90"),
+        "n90_censoring": censoring if isinstance(censoring, str) else None,
+        "n90_low": cell.get("capacity_low"),
+        "n90_high": cell.get("capacity_high"),
+    }
+    return shown(readout, "n90")
 
 
 def law_notes(

@@ -16,13 +16,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.readouts.capacity import (
-    INTERVAL,
-    LEFT,
     RIGHT,
     RISING_PAST_JUDGING_LOAD,
     TRAINING_LIMITED,
 )
-from harness.readouts.censored_law import EXACT, Observation
+from harness.readouts.censored_law import Observation, readout_observation
 from harness.readouts.restarts import restarts
 from harness.records.record import KV_CACHES
 from harness.records.schema import OK
@@ -31,8 +29,6 @@ from harness.report.points import missing, state_value
 
 PARTS = ("", "_censoring", "_se_log", "_low", "_high")
 """A readout's fields beside its value (`harness.readouts.capacity.readout`)."""
-KIND = {None: EXACT, LEFT: "left", RIGHT: "right", INTERVAL: "interval"}
-"""A readout's censoring as the censored fit's observation kind."""
 
 
 @dataclass(frozen=True)
@@ -82,12 +78,15 @@ class CapacityRun:
         value, size = getattr(self, name), getattr(self, axis)
         if not self.fitted or value is None or value <= 0 or not size:
             return None
-        se = getattr(self, f"{name}_se_log") or 0.0
-        kind = KIND[getattr(self, f"{name}_censoring")]
-        if kind == INTERVAL:
-            value, high = getattr(self, f"{name}_low"), getattr(self, f"{name}_high")
-            return Observation(float(size), kind, value, high, se, cell=f"{self.floats:g}")
-        return Observation(float(size), kind, value, se_log=se, cell=f"{self.floats:g}")
+        return readout_observation(
+            size,
+            getattr(self, f"{name}_censoring"),
+            value,
+            getattr(self, f"{name}_low"),
+            getattr(self, f"{name}_high"),
+            getattr(self, f"{name}_se_log") or 0.0,
+            f"{self.floats:g}",
+        )
 
 
 def bound_of(name: str) -> str:

@@ -10,7 +10,7 @@ from harness.readouts.capacity import level_name, shown
 from harness.readouts.cell_law import CellLaw
 from harness.readouts.restarts import ESTIMANDS
 from harness.records.schema import OK
-from harness.report.capacity_law import CELL, cell_key
+from harness.report.capacity_law import CELL, capacity_shown, cell_key
 from harness.report.points import Point, sort_key, state_value
 
 
@@ -92,17 +92,9 @@ def cell_columns(cells: pd.DataFrame, mixer: str, key: str) -> dict[str, Any]:
     if found.empty:
         return {"capacity_n90": None, "learnability": None, "restarts": None}
     cell = found.iloc[0]
-    readout = {
-        "n90": cell.get("capacity_n90"),
-        "n90_censoring": cell.get("capacity_censoring")
-        if isinstance(cell.get("capacity_censoring"), str)
-        else None,
-        "n90_low": cell.get("capacity_low"),
-        "n90_high": cell.get("capacity_high"),
-    }
     extra = int(cell["extra"])
     return {
-        "capacity_n90": shown(readout, "n90") if cell.get("capacity_readable") else "not learned",
+        "capacity_n90": capacity_shown(cell),
         "learnability": cell["learnability"],
         "restarts": f"{cell['restarts']}" + (f" (+{extra} outside the design)" if extra else ""),
     }

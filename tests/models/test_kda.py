@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 from models import build_mixer
 from models.backbone import LanguageModel
-from models.kernels import MODES, dplr, gated_delta_rule
-from models.kernels.dplr import UnitLower, gated_dplr, kda_rule, pair_blocks
+from models.kernels import MODES, dplr_blocks, gated_delta_rule
+from models.kernels.dplr import gated_dplr, kda_rule
+from models.kernels.dplr_blocks import UnitLower, pair_blocks
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -187,7 +188,7 @@ def test_chunks_tile_by_tile_are_the_recurrence(monkeypatch, rule: str, min_log_
     """Tiles of one chunk each (DPLR_TILE_BYTES 1), the pairs taken inside (one block) or by
     `pair_blocks` (a bound of -30 a step: blocks of 2): forward and backward, state in and
     out."""
-    monkeypatch.setattr(dplr, "DPLR_TILE_BYTES", 1)
+    monkeypatch.setattr(dplr_blocks, "DPLR_TILE_BYTES", 1)
     T, g = 29, gen(3)
     q, k, kk = (F.normalize(torch.randn(2, 3, T, 5, generator=g), dim=-1) for _ in range(3))
     v = torch.randn(2, 3, T, 4, generator=g)

@@ -11,8 +11,15 @@ and kernel (`models.kernels`) in float32 with autocast off, carries its recurren
 float32, and casts only the kernel's output back.
 """
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+Kernel = TypeVar("Kernel", bound=Callable[..., Any])
 
 
 def wide_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -29,3 +36,47 @@ def autocast_off(like: Tensor) -> torch.autocast:
     """A context that turns autocast off on `like`'s device, so that matmuls inside run in
     the dtype of their inputs (float32) and not in autocast's bf16 / fp16."""
     return torch.autocast(like.device.type, enabled=False)
+
+
+def in_fp32(like: str = "v") -> Callable[[Kernel], Kernel]:
+    """A decorator for a kernel (`models.kernels`): its floating tensor arguments widened to
+    float32 (float64 stays), autocast off, and its output (the first one, where it returns
+    (output, state)) cast back to the dtype of its argument `like`; the state stays wide. Every
+    kernel of `models.kernels` carries it, so a mixer that calls a kernel is safe in bf16 and
+    fp16 without a cast of its own (README "Extending")."""
+
+    def decorate(kernel: Kernel) -> Kernel:
+        position = list(inspect.signature(kernel).parameters).index(like)
+
+        @functools.wraps(kernel)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            reference = args[position] if position < len(args) else kwargs[like]
+            args = tuple(_widened(a) for a in args)
+            kwargs = {key: _widened(value) for key, value in kwargs.items()}
+            with autocast_off(reference):
+                out = kernel(*args, **kwargs)
+            if isinstance(out, Tensor):
+                return out.to(reference.dtype)
+            return (out[0].to(reference.dtype), *out[1:])
+
+        return wrapped
+
+    return decorate
+
+
+def _widened(x: Any) -> Any:
+    """A floating tensor in at least float32; anything else as it is."""
+    is_float = isinstance(x, Tensor) and x.is_floating_point()
+    return x.to(wide_dtype(x.dtype)) if is_float else x
+
+
+def keep_buffers_wide(module: nn.Module, cast: Callable[[], nn.Module]) -> nn.Module:
+    """Runs `cast` (a module cast, `nn.Module._apply`) and puts `module`'s own floating
+    buffers (decays and constants of a recurrence, e.g. RetNet's gammas) back in float32 or
+    wider, on the device the cast chose: a bf16 gamma = 1 - 2^-9 would round to 1."""
+    before = {name: b for name, b in module.named_buffers(recurse=False) if b.is_floating_point()}
+    cast()
+    for name, buffer in before.items():
+        moved = getattr(module, name)
+        setattr(module, name, buffer.to(moved.device, wide_dtype(moved.dtype)))
+    return module

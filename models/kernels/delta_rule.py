@@ -15,8 +15,10 @@ from models.kernels.common import (
     gate_exp,
     in_blocks,
 )
+from models.precision import in_fp32
 
 
+@in_fp32()
 def delta_rule(
     q: Tensor,
     k: Tensor,

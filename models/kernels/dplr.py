@@ -18,8 +18,10 @@ from models.kernels.common import (
 )
 from models.kernels.dplr_chunk import dplr_chunks
 from models.kernels.kda_chunk import kda_chunks
+from models.precision import in_fp32
 
 
+@in_fp32()
 def gated_dplr(
     q: Tensor,
     k: Tensor,
@@ -88,6 +90,7 @@ def gated_dplr(
     return (o, state) if return_state else o
 
 
+@in_fp32()
 def kda_rule(
     q: Tensor,
     k: Tensor,

@@ -8,8 +8,10 @@ from torch import Tensor
 
 from models.kernels.common import check_log_gate, check_mode, check_qkv, check_shape, in_blocks
 from models.kernels.delta_rule import delta_chunks, delta_recurrent
+from models.precision import in_fp32
 
 
+@in_fp32()
 def gated_delta_rule(
     q: Tensor,
     k: Tensor,

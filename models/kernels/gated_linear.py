@@ -21,8 +21,10 @@ from models.kernels.common import (
     gate_exp,
     in_blocks,
 )
+from models.precision import in_fp32
 
 
+@in_fp32()
 def gated_linear_attention(
     q: Tensor,
     k: Tensor,

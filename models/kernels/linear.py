@@ -9,10 +9,12 @@ from torch import Tensor
 
 from models.kernels.common import check_mode, check_qkv, check_shape, in_blocks
 from models.kernels.linear_chunk import ChunkInputs, chunk_attention, normalized
+from models.precision import in_fp32
 
 LinearState = tuple[Tensor, Tensor]  # (S [B, H, D, Dv], z [B, H, D])
 
 
+@in_fp32()
 def linear_attention(
     q: Tensor,
     k: Tensor,
@@ -116,6 +118,7 @@ class _TaylorFeatures(torch.autograd.Function):
         return grad[..., 1 : 1 + d] + symmetric.squeeze(-1) * 0.5**0.5
 
 
+@in_fp32()
 def taylor_linear_attention(
     q: Tensor,
     k: Tensor,
@@ -290,6 +293,7 @@ class _Chunks:
         return (o[..., : E - 1] if self.with_z else o), final
 
 
+@in_fp32()
 def linear_attention_cumsum(
     q: Tensor, k: Tensor, v: Tensor, *, normalize: bool = True, eps: float = 1e-6
 ) -> Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from models.kernels.common import check_log_gate, check_mode, check_qkv, check_shape
+from models.precision import in_fp32
 
 LogLinearState = tuple[Tensor, int]
 """(S [B, H, levels, d_k, d_v]: one state per level, the position of the next token)."""
@@ -139,6 +140,7 @@ def _chunks(q, k, v, log_gate, weights, chunk_size: int) -> Tensor:
     return o.reshape(b, h, chunks * C, -1)[:, :, :t]
 
 
+@in_fp32()
 def log_linear_attention(
     q: Tensor,
     k: Tensor,

@@ -5,10 +5,12 @@ import torch
 from torch import Tensor
 
 from models.kernels.common import check_mode, check_shape
+from models.precision import in_fp32
 
 WKVState = tuple[Tensor, Tensor, Tensor]  # (num, den, max exponent), each [B, C]
 
 
+@in_fp32()
 def rwkv4_wkv(
     w: Tensor,
     u: Tensor,

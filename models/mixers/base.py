@@ -1,10 +1,12 @@
 """The mixer interface every registered sequence mixer implements (README "Extending")."""
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from common.checks import require, require_int
-from models.precision import wide_dtype
+from models.precision import keep_buffers_wide, wide_dtype
 
 
 class DenominatorCollapse(ArithmeticError):
@@ -41,6 +43,11 @@ class Mixer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "Mixer":
+        """Module casts (`.half()`, `.to(torch.bfloat16)`) keep the mixer's own floating
+        buffers (decays, constants) in float32 or wider (`models.precision`)."""
+        return keep_buffers_wide(self, lambda: super(Mixer, self)._apply(fn, recurse))
 
     def no_weight_decay(self) -> set[str]:
         """Names (relative to this mixer) of parameters the optimiser must not decay towards

@@ -1,15 +1,13 @@
 """RetNet's multi-scale retention (eq. 10): linear attention with phi = identity, no
 normaliser, and a per-head exponential decay gamma_h = 1 - 2^(-5-h)."""
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models.kernels import check_mode, linear_attention
 from models.mixers.base import MatrixStateMixer, State
-from models.precision import at_least_fp32, autocast_off, wide_dtype
+from models.precision import at_least_fp32, autocast_off
 from models.registry import register
 
 
@@ -57,14 +55,6 @@ class RetNet(MatrixStateMixer):
         """q, k (scaled by head_dim^-1/2), v: each [B, H, T, head_dim]."""
         q, k, v = self.split_heads(x)
         return q, k * self.head_dim**-0.5, v
-
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> "RetNet":
-        """Module casts (`.half()`, `.to(torch.bfloat16)`) move `gammas` but keep it in
-        float32 or wider; everything else is cast as usual."""
-        gammas = self.gammas
-        super()._apply(fn, recurse)
-        self.gammas = gammas.to(self.gammas.device, wide_dtype(self.gammas.dtype))
-        return self
 
     def retention(self, x: torch.Tensor) -> torch.Tensor:
         """o_t = q_t^T S_t per head (eq. 10), before norm and gate: [B, H, T, head_dim], in the

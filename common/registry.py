@@ -1,6 +1,8 @@
 """A name -> class registry filled by a decorator; unknown names list the known ones."""
 
 import inspect
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -57,3 +59,25 @@ class Registry:
                 f"its parameters: {', '.join(accepted)}"
             )
         return cls(**params)
+
+    def described(self, name: str) -> tuple[str, str]:
+        """Entry `name`'s source file (relative to the repo) and what it is: the first
+        sentence of its module's docstring, or of its class's where the module registers
+        several entries: the rows of the generated tables (`python -m models`, `-m tasks`)."""
+        cls = self.get(name)
+        shared = [c for c in self._entries.values() if c.__module__ == cls.__module__]
+        text = inspect.getdoc(cls) if len(shared) > 1 else sys.modules[cls.__module__].__doc__
+        return cls.__module__.replace(".", "/") + ".py", first_sentence(text)
+
+
+def first_sentence(text: str | None) -> str:
+    """The text up to its first full stop (not that of "eq.", "et al." or "e.g."), on one line."""
+    flat = " ".join((text or "").split())
+    end = re.search(r"(?<!eq)(?<! al)(?<!e\.g)\.(\s|$)", flat)
+    return flat if end is None else flat[: end.start() + 1]
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of `rows` under `header`."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)

@@ -130,8 +130,17 @@ def test_a_mixer_without_a_knob_records_none() -> None:
     assert state_record(model, 64)["knob"] is None
 
 
-def test_every_registered_mixer_has_a_case() -> None:
-    assert {name for name, *_ in CASES} == set(MIXERS.names())
+@pytest.mark.parametrize("name", MIXERS.names())
+def test_every_mixer_bounds_its_bindings_by_its_state(name: str) -> None:
+    """Any registered mixer, with or without a case above: its bound is a positive count of
+    key directions (or kept tokens) that its state can hold, so at most its floats, and it
+    never falls as the sequence grows."""
+    torch.manual_seed(0)
+    mixer = build_mixer(name, D_MODEL)
+    bounds = [mixer.rank_bound(T) for T in (8, 64, 512)]
+    assert all(isinstance(b, int) and b >= 1 for b in bounds), bounds
+    assert bounds == sorted(bounds)
+    assert all(b <= mixer.state_size(T) for b, T in zip(bounds, (8, 64, 512), strict=True))
 
 
 @pytest.mark.parametrize("name", ["linear", "deltanet", "mamba2", "softmax"])

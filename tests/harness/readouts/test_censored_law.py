@@ -17,9 +17,9 @@ from harness.readouts.censored_law import (
     Design,
     Observation,
     fit_censored_law,
-    likelihood_and_gradient,
     maximise,
 )
+from harness.readouts.tobit_likelihood import likelihood_and_gradient
 
 TRUE_A, TRUE_B, SIGMA = 0.0024, 1.25, 0.15
 SIZES = (132, 198, 264, 396, 528, 792, 1056)  # linear attention at D = 2 ... 16

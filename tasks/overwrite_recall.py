@@ -16,10 +16,12 @@ Layout of one example (n = num_kv_pairs, T = seq_len, V = vocab_size, S = (T - 2
 - a re-bound key's first and last bindings stand D slots apart (2 D tokens between their key
   tokens; distances are even), with min_distance <= 2 D <= max_distance (None: the context)
   and D >= R_j (its R_j - 1 middle bindings lie strictly between, uniformly among the free
-  slots there). The re-bound keys are placed one after another, each at a pair of free slots
-  drawn uniformly among all pairs that fit (so a short D, which fits in more places, is more
-  frequent: P(D) is proportional to S - D in an empty context); then the once-bound keys,
-  uniformly among the free slots left. A row where a key finds no pair is drawn again;
+  slots there); the r first bindings need r slots at least D before the end, so
+  min_distance <= 2 (S - r). The re-bound keys are placed one after another, each at a pair
+  of free slots drawn uniformly among all pairs that fit (so a short D, which fits in more
+  places, is more frequent: P(D) is proportional to S - D in an empty context); then the
+  once-bound keys, uniformly among the free slots left. A row where a key finds no pair is
+  drawn again;
 - the queries: each key once, in a uniformly random order, each followed by filler; the label
   at a query key is the value of its latest binding, every other label is -100;
 - every other token (free slots, the one leading token when T is odd, the token after a
@@ -135,9 +137,10 @@ class OverwriteRecall(Task):
             "min_distance",
             min_distance,
             2,
-            2 * (slots - 1) if r else None,
+            2 * (slots - r) if r else None,
             f"for seq_len={seq_len} and {describe_task_load('num_kv_pairs', num_kv_pairs)} "
-            f"(the context has {slots} two-token slots)",
+            f"({r} re-bound keys: each first binding at least min_distance / 2 slots before "
+            f"the end of the context's {slots} two-token slots)",
         )
         if max_distance is not None:
             least = 2 * max(math.ceil(min_distance / 2), most_rebinds)

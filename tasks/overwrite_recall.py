@@ -271,7 +271,7 @@ class OverwriteRecall(Task):
         raise ValueError(
             f"min_distance={self.min_distance} and max_distance={self.max_distance} leave "
             f"too few ways to place {self.num_rebound} re-bound keys in {self.num_slots} slots: "
-            "must be wider apart, or seq_len larger"
+            "lower min_distance, or raise max_distance or seq_len"
         )
 
     def _layout_block(

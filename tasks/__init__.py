@@ -6,6 +6,7 @@ from tasks import (  # noqa: F401  (each module registers its task)
     induction,
     needle,
     noisy_recall,
+    overwrite_recall,
     selective_copy,
 )
 from tasks.base import IGNORE, Task

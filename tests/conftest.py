@@ -32,6 +32,7 @@ SMALL_TASKS = {
         "task.num_queries=4",
         "task.noise_vocab_size=4",
     ],
+    "overwrite_recall": ["task.vocab_size=32", "task.seq_len=32", "task.num_kv_pairs=4"],
 }
 
 # The budget of a run that must learn: enough data and steps, early stopping ends it sooner.

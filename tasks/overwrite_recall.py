@@ -50,10 +50,10 @@ and never replaces. It is among the baselines so that the floor, the best of the
 model reaches without replacing a binding.
 
 Failure: a state that only adds (eq. 8, and eq. 10 with gamma near 1) holds the sum of a
-re-bound key's values, so a read returns old and new with about equal weight: near
-1 / (R_j + 1) on re-bound keys. Decay (eq. 10, 11) favours the newer binding only by its
-recency, at the cost of fading once-bound keys as well; the delta rule (docs/background.md,
-section 8) replaces the value at the key and keeps the rest.
+re-bound key's values, so unless its writes grow with position a read returns old and new
+with about equal weight: near 1 / (R_j + 1) on re-bound keys. Decay (eq. 10, 11) favours
+the newer binding only by its recency, at the cost of fading once-bound keys as well; the
+delta rule (docs/background.md, section 8) replaces the value at the key and keeps the rest.
 """
 
 import math

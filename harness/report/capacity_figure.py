@@ -28,7 +28,7 @@ from harness.readouts.convergence import CONVERGED
 from harness.records.record import KV_CACHES
 from harness.report.budget import budget
 from harness.report.capacity_runs import CapacityRun
-from harness.report.style import (
+from harness.report.look import (
     AXIS_TITLES,
     HOLLOW,
     colour,

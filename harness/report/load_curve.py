@@ -8,22 +8,23 @@ import textwrap
 from collections import defaultdict
 from statistics import stdev
 
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
-from harness.report.baselines import coinciding
 from harness.report.budget import budget, joined, values_of
-from harness.report.figure_legend import REFERENCE_LINE
-from harness.report.points import Point, as_key, sort_key
-from harness.report.style import (
+from harness.report.frame import as_key, metrics, missing, sort_key
+from harness.report.look import (
     AXIS_TITLES,
     BASELINE_STYLES,
     HOLLOW,
     REFERENCE,
+    REFERENCE_LINE,
     accuracy_axis,
+    coinciding,
     colour,
     describe,
     grid,
@@ -33,19 +34,23 @@ from harness.report.style import (
     model_order,
 )
 
+Point = pd.Series
+"""A row of the points' DataFrame (`harness.report.frame.points`)."""
+
 
 def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
     """The ok rows behind `point`: its task, model, parameters (those of `point_keys` and
     those a variant's name was made of, `linear elu`) and chosen learning rate."""
     keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
+    lr = None if missing(point.lr) else point.lr
     return [
         row
         for row in rows
         if row.get("status") == "ok"
         and row.get("task") == point.task
         and row.get("model") == point.model.split(" ")[0]
-        and all(as_key(row.get(k)) == as_key(point.get(k)) for k in keys)
-        and (point.lr is None or row.get("optim.lr") == point.lr)
+        and all(as_key(row.get(k)) == as_key(point.params.get(k)) for k in keys)
+        and (lr is None or row.get("optim.lr") == lr)
     ]
 
 
@@ -76,12 +81,12 @@ def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
 def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) -> None:
     """One panel: each point's curve and seeds, the baselines, the threshold's level."""
     for index, point in enumerate(
-        sorted(mine, key=lambda p: [sort_key(p.get(k)) for k in point_keys])
+        sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
     ):
         seeds = seeds_of(point, rows, point_keys)
         draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
     draw_load_baselines(ax, mine, load, handles)
-    log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
+    log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
     ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
     ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
     accuracy_axis(ax)
@@ -90,16 +95,16 @@ def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) ->
 
 
 def load_figure(
-    points: list[Point], point_keys: list[str], rows: list[dict], threshold: float
+    frame: pd.DataFrame, point_keys: list[str], rows: list[dict], threshold: float
 ) -> Figure | None:
     """Test accuracy against load (log2), a line per model through the seeds' mean, each seed
     a point (hollow: not converged), the binding-free baselines in grey, the threshold's level
     as a light line. One panel when every model has one line; else one panel per model, one
     line per setting."""
-    curves = [p for p in points if p.status == "ok" and load_param(p.metrics)]
+    curves = [p for _, p in frame.iterrows() if p.status == "ok" and load_param(metrics(p))]
     if not curves:
         return None
-    load = load_param(curves[0].metrics)
+    load = load_param(metrics(curves[0]))
     layout, several = load_layout(curves)
     fig, axes = grid(len(layout))
     handles: dict[str, Line2D] = {}
@@ -148,13 +153,14 @@ def draw_curve(
     """The seeds' mean through every tested load; with three seeds or fewer, each seed's
     accuracies as small markers (hollow where it had not converged); with more, a band of one
     sample std around the mean and hollow markers for the seeds that had not converged."""
-    mean = accuracy_by_load(point.metrics, load)
+    mean = accuracy_by_load(metrics(point), load)
     loads = sorted(mean)
     dash = LINE_STYLES[index % len(LINE_STYLES)]
     style = dict(color=colour(point.model), linewidth=1.6, linestyle=dash)
     if point.model == REFERENCE:  # the band other curves lie on, as in every figure
         style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
-    params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}
+    params = {k: point.params.get(k) for k in point_keys if k != "seed"}
+    params = {k: v for k, v in params.items() if v is not None}
     label = " ".join(filter(None, [point.model, describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
@@ -196,7 +202,7 @@ def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
     every load share one line and one legend entry."""
     means: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for point in points:
-        for name, by_load in baselines_by_load(point.metrics, load).items():
+        for name, by_load in baselines_by_load(metrics(point), load).items():
             for n, value in by_load.items():
                 means[name][n].append(value)
     curves = {

@@ -15,26 +15,8 @@ from matplotlib.figure import Figure
 
 from harness.config.figure_specs import STATE, FigureSpec
 from harness.records.schema import OK
+from harness.report import look
 from harness.report.frame import STATE_FLOATS, as_key, baselines, by_length, missing, sort_key
-from harness.report.look import (
-    AXIS_TITLES,
-    BASELINE_STYLES,
-    HOLLOW,
-    REFERENCE,
-    SEED_POINTS,
-    accuracy_axis,
-    coinciding,
-    colour,
-    describe,
-    grid,
-    legend_entry,
-    line_look,
-    log2_axis,
-    marker,
-    model_entry,
-    model_order,
-    short,
-)
 
 HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
 MARKED = 12
@@ -44,7 +26,7 @@ DODGE = 2**0.06
 
 
 def marker_indices(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
-    """The indices of a line's points (x ascending) that get a marker: all up to `MARKED`; else
+    """The indices of a line's points (x ascending) that get a look.marker: all up to `MARKED`; else
     the nearest point to each of `MARKED` places spread evenly along x (log x on a log axis),
     and the first and last point of every stretch of equal `hollow` (not converged)."""
     n = len(hollow)
@@ -107,7 +89,7 @@ def tick_notes(frame: pd.DataFrame, x: str, together: list[str]) -> dict[str, st
         return {}
     notes: dict[str, set[str]] = defaultdict(set)
     for _, p in frame.iterrows():
-        notes[f"{float(p[x]):g}"].add("\n".join(f"{short(k)}={p[k]}" for k in together[:2]))
+        notes[f"{float(p[x]):g}"].add("\n".join(f"{look.short(k)}={p[k]}" for k in together[:2]))
     if len(notes) > 10 or any(len(texts) > 1 for texts in notes.values()):
         return {}
     return {key: texts.pop() for key, texts in notes.items()}
@@ -118,14 +100,14 @@ def series(frame: pd.DataFrame, apart: list[str]) -> list[tuple[str, str, pd.Dat
     most common value is the model's line (no note), the others dashed with a note."""
     notes = (
         frame.apply(
-            lambda p: ", ".join(f"{short(k)}={p[k]}" for k in apart if not missing(p.get(k))),
+            lambda p: ", ".join(f"{look.short(k)}={p[k]}" for k in apart if not missing(p.get(k))),
             axis=1,
         )
         if len(frame)
         else pd.Series(dtype=object)
     )
     out = []
-    for model in sorted(set(frame["model"]), key=model_order):
+    for model in sorted(set(frame["model"]), key=look.model_order):
         mine = notes[frame["model"] == model]
         common = mine.value_counts(sort=True).index[0]
         for note in sorted(dict.fromkeys(mine), key=lambda n: n != common):
@@ -152,10 +134,10 @@ def label(ax, placed: list, text: str, x: float, y: float, **style) -> None:
 def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool) -> None:
     """A model's line through its ok points: error bars beyond `SEED_POINTS` seeds, markers at
     some points (`marker_indices`), the seeds as small points, hollow where not converged."""
-    look, ys = line_look(model), list(ok["test_acc"].astype(float))
+    kind, ys = look.line_look(model), list(ok["test_acc"].astype(float))
     dashed = "--" if name != model else "-"
     errors = [
-        float(s or 0) if n > SEED_POINTS else 0.0
+        float(s or 0) if n > look.SEED_POINTS else 0.0
         for s, n in zip(ok["std"].fillna(0), ok["seeds"], strict=True)
     ]
     hollow = [c is False for c in ok["converged"]]
@@ -166,28 +148,28 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool
         yerr=errors if any(errors) else None,
         capsize=3,
         markevery=shown,
-        color=colour(model),
-        marker=marker(model),
+        color=look.colour(model),
+        marker=look.marker(model),
         linestyle=dashed,
-        **look,
+        **kind,
     )
     drawn.lines[0].set_gid(f"model:{name}")
-    if model != REFERENCE:
+    if model != look.REFERENCE:
         drawn.lines[0].set_path_effects(HALO)
     top = drawn.lines[0].get_zorder()
     seeds = [
         (x, a)
         for x, n, accs in zip(xs, ok["seeds"], ok["seed_accs"], strict=True)
-        if 1 < n <= SEED_POINTS
+        if 1 < n <= look.SEED_POINTS
         for a in accs
     ]
     if seeds:
         ax.plot(
             *zip(*seeds, strict=True),
             linestyle="none",
-            marker=marker(model),
+            marker=look.marker(model),
             markersize=3.5,
-            color=colour(model),
+            color=look.colour(model),
             alpha=0.7,
             zorder=top + 0.2,
             gid=f"seeds:{model}",
@@ -197,10 +179,10 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool
         [xs[i] for i in out],
         [ys[i] for i in out],
         linestyle="none",
-        marker=marker(model),
-        markersize=look["markersize"],
+        marker=look.marker(model),
+        markersize=kind["markersize"],
         markerfacecolor="white",
-        markeredgecolor=colour(model),
+        markeredgecolor=look.colour(model),
         zorder=top + 0.1,
         gid=f"not converged:{name}",
     )
@@ -218,7 +200,7 @@ def draw_models(
         name = f"{model} {note}" if note else model
         ok = mine[(mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))]
         xs = list(ok[x])
-        if dodge and model != REFERENCE:
+        if dodge and model != look.REFERENCE:
             for i, (px, py) in enumerate(zip(ok[x], ok["test_acc"], strict=True)):
                 xs[i] = px * DODGE ** sum(q == px and abs(r - py) < 0.015 for q, r in dodged)
                 dodged.append((px, py))
@@ -226,7 +208,7 @@ def draw_models(
             draw_line(ax, model, name, ok, xs, log_x)
         for _, p in mine.iterrows():
             if p["status"] == OK and not missing(p["test_acc"]):
-                values = [f"{short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
+                values = [f"{look.short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
                 if text := ", ".join(filter(None, [note, *values])):
                     label(ax, placed, text, p[x], p["test_acc"], color="dimgrey")
             elif p["status"] != OK:
@@ -234,12 +216,12 @@ def draw_models(
                     p[x],
                     -0.03,
                     marker="x",
-                    color=colour(model),
+                    color=look.colour(model),
                     markersize=9,
                     mew=2,
                     gid=f"not ok:{name}",
                 )
-                label(ax, placed, p["note"], p[x], -0.03, color=colour(model))
+                label(ax, placed, p["note"], p[x], -0.03, color=look.colour(model))
 
 
 def baseline_curves(frame: pd.DataFrame, x: str | None) -> dict[str, dict]:
@@ -262,7 +244,7 @@ def draw_baselines(ax, frame: pd.DataFrame, x: str | None, drawn: dict[str, str]
         style = dict(
             color="grey",
             linewidth=1,
-            linestyle=BASELINE_STYLES.get(name, "-"),
+            linestyle=look.BASELINE_STYLES.get(name, "-"),
             gid=f"baseline:{name}",
         )
         pairs = sorted(
@@ -292,25 +274,29 @@ def finish(
     """Title and budget, one legend (below one panel, beside several) naming every mark the
     figure has, and the points with no place on the x axis."""
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
-    handles = [model_entry(m) for m in sorted(set(frame["model"]), key=model_order)]
-    for name, text in coinciding(baseline_curves(frame, x)).items():
-        handles.append(legend_entry(f"baseline: {text}", linestyle=BASELINE_STYLES.get(name, "-")))
-    ok = frame[frame["status"] == OK]
-    if ok["seeds"].between(2, SEED_POINTS).any():
+    handles = [look.model_entry(m) for m in sorted(set(frame["model"]), key=look.model_order)]
+    for name, text in look.coinciding(baseline_curves(frame, x)).items():
         handles.append(
-            legend_entry(
+            look.legend_entry(f"baseline: {text}", linestyle=look.BASELINE_STYLES.get(name, "-"))
+        )
+    ok = frame[frame["status"] == OK]
+    if ok["seeds"].between(2, look.SEED_POINTS).any():
+        handles.append(
+            look.legend_entry(
                 "small points: seeds; line: their mean", marker="o", markersize=3.5, alpha=0.7
             )
         )
-    if (ok["seeds"] > SEED_POINTS).any():
-        counts = "/".join(str(n) for n in sorted(set(ok["seeds"][ok["seeds"] > SEED_POINTS])))
-        handles.append(legend_entry(f"bars: ±1 std over {counts} seeds", marker="|", markersize=10))
+    if (ok["seeds"] > look.SEED_POINTS).any():
+        counts = "/".join(str(n) for n in sorted(set(ok["seeds"][ok["seeds"] > look.SEED_POINTS])))
+        handles.append(
+            look.legend_entry(f"bars: ±1 std over {counts} seeds", marker="|", markersize=10)
+        )
     if (frame["status"] != OK).any():
-        handles.append(legend_entry("failed / diverged", marker="x", mew=2))
+        handles.append(look.legend_entry("failed / diverged", marker="x", mew=2))
     if frame["converged"].map(lambda c: c is False).any():
-        handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
+        handles.append(look.legend_entry(look.HOLLOW, marker="o", hollow=True))
     if train_length:
-        handles.append(legend_entry("training length", linestyle=":"))
+        handles.append(look.legend_entry("training length", linestyle=":"))
     where = (
         "outside lower center"
         if len([a for a in fig.axes if a.get_visible()]) == 1
@@ -319,7 +305,7 @@ def finish(
     fig.legend(handles=handles, loc=where, ncols=2 if "lower" in where else 1, fontsize=8)
     if len(unplaced):
         lines = [
-            f"{p['model']} {describe(p['params'])}: {p['note']}"
+            f"{p['model']} {look.describe(p['params'])}: {p['note']}"
             for _, p in unplaced.head(6).iterrows()
         ]
         more = f" (+{len(unplaced) - 6} more)" if len(unplaced) > 6 else ""
@@ -343,7 +329,7 @@ def accuracy_figure(
     )
     apart = [k for k in keys if k not in (x, *panel_keys, *together)]
     layout = panels(data, panel_keys)
-    fig, axes = grid(len(layout))
+    fig, axes = look.grid(len(layout))
     placed = pd.Series(False, index=frame.index)
     for ax, (task, values) in zip(axes, layout, strict=True):
         inside = in_panel(data, task, values)
@@ -351,15 +337,15 @@ def accuracy_figure(
         mine = data[inside]
         notes = tick_notes(mine, x, together)
         draw_models(ax, mine, x, [] if notes else together, apart, dodge=True)
-        draw_baselines(ax, mine, x, coinciding(baseline_curves(frame, x)))
-        log2_axis(ax, list(data[x]), "floats" if x == STATE_FLOATS else "length")
+        draw_baselines(ax, mine, x, look.coinciding(baseline_curves(frame, x)))
+        look.log2_axis(ax, list(data[x]), "floats" if x == STATE_FLOATS else "length")
         if notes:
             ax.xaxis.set_major_formatter(lambda v, _, n=notes: f"{v:g}\n{n.get(f'{v:g}', '')}")
-        ax.set_xlabel(AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+        ax.set_xlabel(look.AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
     if len(layout) > 1:
-        fig.supxlabel(AXIS_TITLES.get(x, x), fontsize=10)
+        fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
     finish(fig, frame, title, frame[~placed], subtitle, x=x)
     return fig
 
@@ -380,17 +366,17 @@ def length_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> F
     if tested.empty:
         return None
     layout = panels(tested, keys)
-    fig, axes = grid(len(layout))
+    fig, axes = look.grid(len(layout))
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = tested[in_panel(tested, task, values)]
         draw_models(ax, sliced(mine, "test_length", by_length), "test_length")
         for length in {n for n in mine["seq_len"] if not missing(n)}:
             ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
-        draw_baselines(ax, mine, None, coinciding(baseline_curves(tested, None)))
-        log2_axis(ax, [n for _, p in tested.iterrows() for n in by_length(p)], "length")
-        ax.set_xlabel(AXIS_TITLES["test_length"])
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(tested, None)))
+        look.log2_axis(ax, [n for _, p in tested.iterrows() for n in by_length(p)], "length")
+        ax.set_xlabel(look.AXIS_TITLES["test_length"])
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
     drawn = sliced(tested, "test_length", by_length)
     finish(fig, drawn, "Accuracy against test length", drawn.iloc[:0], subtitle, train_length=True)
     return fig

@@ -15,24 +15,9 @@ from matplotlib.lines import Line2D
 from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
+from harness.report import look
 from harness.report.budget import budget, joined, values_of
 from harness.report.frame import as_key, metrics, missing, sort_key
-from harness.report.look import (
-    AXIS_TITLES,
-    BASELINE_STYLES,
-    HOLLOW,
-    REFERENCE,
-    REFERENCE_LINE,
-    accuracy_axis,
-    coinciding,
-    colour,
-    describe,
-    grid,
-    legend_entry,
-    log2_axis,
-    marker,
-    model_order,
-)
 
 Point = pd.Series
 """A row of the points' DataFrame (`harness.report.frame.points`)."""
@@ -73,7 +58,7 @@ def readout_label(rows: list[dict]) -> str:
 
 def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
     """One panel when every model has one line; else one panel per model (and True)."""
-    models = sorted({p.model for p in curves}, key=model_order)
+    models = sorted({p.model for p in curves}, key=look.model_order)
     several = any(sum(p.model == m for p in curves) > 1 for m in models)
     return ([[p for p in curves if p.model == m] for m in models] if several else [curves]), several
 
@@ -86,10 +71,10 @@ def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) ->
         seeds = seeds_of(point, rows, point_keys)
         draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
     draw_load_baselines(ax, mine, load, handles)
-    log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
+    look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
     ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
-    ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
-    accuracy_axis(ax)
+    ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
+    look.accuracy_axis(ax)
     if several:
         ax.set_title(mine[0].model, fontsize=10)
 
@@ -106,13 +91,13 @@ def load_figure(
         return None
     load = load_param(metrics(curves[0]))
     layout, several = load_layout(curves)
-    fig, axes = grid(len(layout))
+    fig, axes = look.grid(len(layout))
     handles: dict[str, Line2D] = {}
     for ax, mine in zip(axes, layout, strict=True):
         load_panel(ax, mine, rows, point_keys, load, several, threshold, handles)
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
-        handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
-    title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
+        handles[look.HOLLOW] = look.legend_entry(look.HOLLOW, marker="o", hollow=True)
+    title = f"Accuracy against load ({look.AXIS_TITLES.get(f'task.{load}', load)})"
     band = any(len(seeds_of(p, rows, point_keys)) > 3 for p in curves)
     subtitle = textwrap.fill(
         load_curve_subtitle(rows, load, threshold, band), width=int(fig.get_figwidth() * 13)
@@ -156,15 +141,15 @@ def draw_curve(
     mean = accuracy_by_load(metrics(point), load)
     loads = sorted(mean)
     dash = LINE_STYLES[index % len(LINE_STYLES)]
-    style = dict(color=colour(point.model), linewidth=1.6, linestyle=dash)
-    if point.model == REFERENCE:  # the band other curves lie on, as in every figure
-        style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
+    style = dict(color=look.colour(point.model), linewidth=1.6, linestyle=dash)
+    if point.model == look.REFERENCE:  # the band other curves lie on, as in every figure
+        style.update(linewidth=look.REFERENCE_LINE["linewidth"], alpha=look.REFERENCE_LINE["alpha"])
     params = {k: point.params.get(k) for k in point_keys if k != "seed"}
     params = {k: v for k, v in params.items() if v is not None}
-    label = " ".join(filter(None, [point.model, describe(params)]))
+    label = " ".join(filter(None, [point.model, look.describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
-    handles[label] = legend_entry(label, marker=marker(point.model), **style)
+    handles[label] = look.legend_entry(label, marker=look.marker(point.model), **style)
     curves = [accuracy_by_load(seed, load) for seed in seeds]
     many = len(seeds) > 3
     if many:
@@ -177,10 +162,10 @@ def draw_curve(
             sorted(curve),
             [curve[n] for n in sorted(curve)],
             linestyle="none",
-            marker=marker(point.model),
+            marker=look.marker(point.model),
             markersize=5,
-            color=colour(point.model),
-            markerfacecolor="white" if hollow else colour(point.model),
+            color=look.colour(point.model),
+            markerfacecolor="white" if hollow else look.colour(point.model),
             alpha=0.8,
             zorder=line.get_zorder() + 0.1,
         )
@@ -208,12 +193,12 @@ def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
     curves = {
         name: {n: sum(v) / len(v) for n, v in by_load.items()} for name, by_load in means.items()
     }
-    drawn = coinciding(curves)
+    drawn = look.coinciding(curves)
     for name in drawn:
         curve = curves[name]
         loads = sorted(curve)
-        style = dict(color="grey", linewidth=1, linestyle=BASELINE_STYLES.get(name, "-"))
+        style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
         ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)
     for name, label in drawn.items():
-        style = BASELINE_STYLES.get(name, "-")
-        handles[f"baseline: {label}"] = legend_entry(f"baseline: {label}", linestyle=style)
+        style = look.BASELINE_STYLES.get(name, "-")
+        handles[f"baseline: {label}"] = look.legend_entry(f"baseline: {label}", linestyle=style)

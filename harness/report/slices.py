@@ -7,6 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.records.schema import OK
+from harness.report import look
 from harness.report.figures import (
     baseline_curves,
     draw_baselines,
@@ -17,7 +18,6 @@ from harness.report.figures import (
     sliced,
 )
 from harness.report.frame import baselines, metrics, sort_key
-from harness.report.look import AXIS_TITLES, accuracy_axis, coinciding, describe, grid, model_order
 
 
 def slice_values(point: pd.Series | dict, name: str) -> dict[int, float]:
@@ -51,7 +51,7 @@ def draw_cells(ax, ok: list[pd.Series], lengths: list):
         shade = "black" if not np.isnan(value) and value > 0.6 else "white"
         ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
     ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
-    ax.set_ylabel(AXIS_TITLES["depth_bin"])
+    ax.set_ylabel(look.AXIS_TITLES["depth_bin"])
     return image
 
 
@@ -64,7 +64,7 @@ def needle_panel(ax, mine: list[pd.Series], title: str):
     unfinished = {p.seq_len for p in mine if p.converged is False}
     labels = [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths]
     ax.set_xticks(range(len(lengths)), labels)
-    ax.set_xlabel(AXIS_TITLES["task.seq_len"])
+    ax.set_xlabel(look.AXIS_TITLES["task.seq_len"])
     if not ok:
         no_ok_job(ax, mine, lengths)
         return None
@@ -83,19 +83,19 @@ def needle_heatmap(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> 
     layout = [
         (model, values)
         for _, values in panels(table, others)
-        for model in sorted({p.model for p in needle}, key=model_order)
+        for model in sorted({p.model for p in needle}, key=look.model_order)
     ]
     columns = len({p.seq_len for p in needle})
     rows = len({d for p in needle for d in slice_values(p, "depth_bin")})
     # cells large enough for 8 pt numbers at the page's size: ~0.75 x 0.3 inch each
-    fig, axes = grid(
+    fig, axes = look.grid(
         len(layout), width=max(3.8, 0.75 * columns + 1.6), height=max(3.4, 0.3 * rows + 1.6)
     )
     images = []
     for ax, (model, values) in zip(axes, layout, strict=True):
         inside = table[in_panel(table, "needle", values) & (table["model"] == model)]
         mine = [p for _, p in inside.iterrows()]
-        title = " · ".join(filter(None, [model, describe(values)]))
+        title = " · ".join(filter(None, [model, look.describe(values)]))
         images.append(needle_panel(ax, mine, title))
     drawn = [image for image in images if image is not None]
     if drawn:
@@ -131,15 +131,15 @@ def copy_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Fig
     if not any(len(slice_values(p, "copy_len")) > 1 for _, p in copy.iterrows()):
         return None
     layout = panels(copy, keys)
-    fig, axes = grid(len(layout))
+    fig, axes = look.grid(len(layout))
     lengths = lambda p: slice_values(p, "copy_len")  # noqa: E731
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = copy[in_panel(copy, task, values)]
         draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len", log_x=False)
-        draw_baselines(ax, mine, None, coinciding(baseline_curves(copy, None)))
-        ax.set_xlabel(AXIS_TITLES["copy_len"])
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(copy, None)))
+        ax.set_xlabel(look.AXIS_TITLES["copy_len"])
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
     unplaced = copy[copy["status"] != OK]
     drawn = pd.concat([sliced(copy, "copy_len", lengths), unplaced])
     title = "Copying: accuracy against string length"

@@ -6,6 +6,7 @@ where there are three or fewer (beyond: error bars of one std), a hollow marker 
 had not converged, and an x at the bottom with the reason for a failed or diverged point."""
 
 import math
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -16,7 +17,15 @@ from matplotlib.figure import Figure
 from harness.config.figure_specs import STATE, FigureSpec
 from harness.records.schema import OK
 from harness.report import look
-from harness.report.frame import STATE_FLOATS, as_key, baselines, by_length, missing, sort_key
+from harness.report.frame import (
+    BASELINE,
+    STATE_FLOATS,
+    as_key,
+    baselines,
+    by_length,
+    missing,
+    sort_key,
+)
 
 HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
 MARKED = 12
@@ -135,57 +144,27 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool
     """A model's line through its ok points: error bars beyond `SEED_POINTS` seeds, markers at
     some points (`marker_indices`), the seeds as small points, hollow where not converged."""
     kind, ys = look.line_look(model), list(ok["test_acc"].astype(float))
-    dashed = "--" if name != model else "-"
-    errors = [
-        float(s or 0) if n > look.SEED_POINTS else 0.0
-        for s, n in zip(ok["std"].fillna(0), ok["seeds"], strict=True)
-    ]
+    many = ok["seeds"] > look.SEED_POINTS
+    errors = list(ok["std"].where(many, 0.0).fillna(0.0).astype(float))
     hollow = [c is False for c in ok["converged"]]
     shown = marker_indices(hollow, xs, log_x)
-    drawn = ax.errorbar(
-        xs,
-        ys,
-        yerr=errors if any(errors) else None,
-        capsize=3,
-        markevery=shown,
-        color=look.colour(model),
-        marker=look.marker(model),
-        linestyle=dashed,
-        **kind,
-    )
-    drawn.lines[0].set_gid(f"model:{name}")
+    mark = dict(color=look.colour(model), marker=look.marker(model))
+    dash = "--" if name != model else "-"
+    bars = errors if any(errors) else None
+    line = ax.errorbar(xs, ys, bars, capsize=3, markevery=shown, linestyle=dash, **mark, **kind)
+    line.lines[0].set_gid(f"model:{name}")
     if model != look.REFERENCE:
-        drawn.lines[0].set_path_effects(HALO)
-    top = drawn.lines[0].get_zorder()
-    seeds = [
-        (x, a)
-        for x, n, accs in zip(xs, ok["seeds"], ok["seed_accs"], strict=True)
-        if 1 < n <= look.SEED_POINTS
-        for a in accs
-    ]
+        line.lines[0].set_path_effects(HALO)
+    top, dots = line.lines[0].get_zorder(), dict(linestyle="none", **mark)
+    few = ok["seeds"].between(2, look.SEED_POINTS)
+    seeds = [(x, a) for x, f, accs in zip(xs, few, ok["seed_accs"], strict=True) if f for a in accs]
     if seeds:
-        ax.plot(
-            *zip(*seeds, strict=True),
-            linestyle="none",
-            marker=look.marker(model),
-            markersize=3.5,
-            color=look.colour(model),
-            alpha=0.7,
-            zorder=top + 0.2,
-            gid=f"seeds:{model}",
-        )
+        xy = zip(*seeds, strict=True)
+        ax.plot(*xy, markersize=3.5, alpha=0.7, zorder=top + 0.2, gid=f"seeds:{model}", **dots)
     out = [i for i in shown if hollow[i]]
-    ax.plot(
-        [xs[i] for i in out],
-        [ys[i] for i in out],
-        linestyle="none",
-        marker=look.marker(model),
-        markersize=kind["markersize"],
-        markerfacecolor="white",
-        markeredgecolor=look.colour(model),
-        zorder=top + 0.1,
-        gid=f"not converged:{name}",
-    )
+    dots.update(markersize=kind["markersize"], markerfacecolor="white", zorder=top + 0.1)
+    dots.update(markeredgecolor=mark["color"], gid=f"not converged:{name}")
+    ax.plot([xs[i] for i in out], [ys[i] for i in out], **dots)
 
 
 def draw_models(
@@ -235,31 +214,21 @@ def baseline_curves(frame: pd.DataFrame, x: str | None) -> dict[str, dict]:
 
 def draw_baselines(ax, frame: pd.DataFrame, x: str | None, drawn: dict[str, str]) -> None:
     """The baselines in `drawn`: flat where the panel's points agree (or x is the state), else
-    along x (their mean at each x)."""
-    for name in sorted(
-        n for n in {n for _, p in frame.iterrows() for n in baselines(p)} if n in drawn
-    ):
-        column = frame[frame[f"baseline.{name}"].map(lambda v: not missing(v))]
-        values = column[f"baseline.{name}"].astype(float)
-        style = dict(
-            color="grey",
-            linewidth=1,
-            linestyle=look.BASELINE_STYLES.get(name, "-"),
-            gid=f"baseline:{name}",
-        )
-        pairs = sorted(
-            {(p[x] if x else 0, v) for (_, p), v in zip(column.iterrows(), values, strict=True)},
-            key=lambda xy: sort_key(xy[0]),
-        )
+    along x (the mean of their distinct values at each x)."""
+    for name in sorted(drawn):
+        values = frame.get(f"{BASELINE}{name}", pd.Series(dtype=object))
+        at = frame[x] if x else pd.Series(0, index=frame.index)
+        pairs = {(q, float(v)) for q, v in zip(at, values, strict=True) if not missing(v)}
+        if not pairs:
+            continue
+        style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
         flat = [v for _, v in pairs]
         if max(flat) - min(flat) < 1e-9 or x in (None, STATE_FLOATS):
-            ax.axhline(sum(flat) / len(flat), **style)
+            ax.axhline(statistics.fmean(flat), gid=f"baseline:{name}", **style)
             continue
-        means: dict[Any, list[float]] = defaultdict(list)
-        for xv, v in pairs:
-            means[xv].append(v)
-        xs = sorted(means, key=sort_key)
-        ax.plot(xs, [sum(means[v]) / len(means[v]) for v in xs], **style)
+        xs = sorted({q for q, _ in pairs}, key=sort_key)
+        ys = [statistics.fmean(v for q, v in pairs if q == here) for here in xs]
+        ax.plot(xs, ys, gid=f"baseline:{name}", **style)
 
 
 def finish(
@@ -274,42 +243,32 @@ def finish(
     """Title and budget, one legend (below one panel, beside several) naming every mark the
     figure has, and the points with no place on the x axis."""
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
+    ok, entry = frame[frame["status"] == OK], look.legend_entry
     handles = [look.model_entry(m) for m in sorted(set(frame["model"]), key=look.model_order)]
     for name, text in look.coinciding(baseline_curves(frame, x)).items():
-        handles.append(
-            look.legend_entry(f"baseline: {text}", linestyle=look.BASELINE_STYLES.get(name, "-"))
-        )
-    ok = frame[frame["status"] == OK]
-    if ok["seeds"].between(2, look.SEED_POINTS).any():
-        handles.append(
-            look.legend_entry(
-                "small points: seeds; line: their mean", marker="o", markersize=3.5, alpha=0.7
-            )
-        )
-    if (ok["seeds"] > look.SEED_POINTS).any():
-        counts = "/".join(str(n) for n in sorted(set(ok["seeds"][ok["seeds"] > look.SEED_POINTS])))
-        handles.append(
-            look.legend_entry(f"bars: ±1 std over {counts} seeds", marker="|", markersize=10)
-        )
-    if (frame["status"] != OK).any():
-        handles.append(look.legend_entry("failed / diverged", marker="x", mew=2))
-    if frame["converged"].map(lambda c: c is False).any():
-        handles.append(look.legend_entry(look.HOLLOW, marker="o", hollow=True))
-    if train_length:
-        handles.append(look.legend_entry("training length", linestyle=":"))
-    where = (
-        "outside lower center"
-        if len([a for a in fig.axes if a.get_visible()]) == 1
-        else "outside right center"
-    )
-    fig.legend(handles=handles, loc=where, ncols=2 if "lower" in where else 1, fontsize=8)
+        handles.append(entry(f"baseline: {text}", linestyle=look.BASELINE_STYLES.get(name, "-")))
+    many = "/".join(map(str, sorted(set(ok["seeds"][ok["seeds"] > look.SEED_POINTS]))))
+    marks = {
+        "small points: seeds; line: their mean": (
+            ok["seeds"].between(2, look.SEED_POINTS).any(),
+            dict(marker="o", markersize=3.5, alpha=0.7),
+        ),
+        f"bars: ±1 std over {many} seeds": (bool(many), dict(marker="|", markersize=10)),
+        "failed / diverged": ((frame["status"] != OK).any(), dict(marker="x", mew=2)),
+        look.HOLLOW: (any(c is False for c in frame["converged"]), dict(marker="o", hollow=True)),
+        "training length": (train_length, dict(linestyle=":")),
+    }
+    handles += [entry(text, **style) for text, (shown, style) in marks.items() if shown]
+    one = sum(ax.get_visible() for ax in fig.axes) == 1  # beside one panel it would squeeze it
+    where = dict(loc="outside lower center", ncols=2) if one else dict(loc="outside right center")
+    fig.legend(handles=handles, fontsize=8, **where)
     if len(unplaced):
-        lines = [
+        notes = [
             f"{p['model']} {look.describe(p['params'])}: {p['note']}"
-            for _, p in unplaced.head(6).iterrows()
+            for _, p in unplaced.iterrows()
         ]
-        more = f" (+{len(unplaced) - 6} more)" if len(unplaced) > 6 else ""
-        fig.text(0, -0.02, "not drawn: " + "; ".join(lines) + more, fontsize=7, va="top")
+        more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
+        fig.text(0, -0.02, "not drawn: " + "; ".join(notes[:6]) + more, fontsize=7, va="top")
 
 
 def accuracy_figure(

@@ -33,7 +33,8 @@ its grey (grey is the baselines'), then tab20b's and Dark2's dark colours: 20 be
 repeat."""
 MARKERS = "osDphH*Xd8P"
 """Filled markers (a hollow one marks a run that had not converged), no triangles: the
-capacity figure's censored readouts are arrows with triangle heads."""
+capacity figure's censored readouts are arrows with triangle heads. The circle is softmax's;
+the other mixers take the rest in turn."""
 VARIANT_PALETTE = (*plt.cm.Dark2.colors[:7], *plt.cm.Set1.colors[:5], *plt.cm.tab20b.colors[::4])
 """Colours of names outside the registry (a variant, `linear elu`; a hybrid, `gdn+softmax`), in
 the order they are first drawn: one figure's variants differ."""
@@ -60,13 +61,13 @@ AXIS_TITLES = {
 
 
 def style(model: str) -> tuple[Any, str]:
-    """(colour, marker): softmax black; a registered mixer's by its place in `KNOWN_MODELS`;
-    any other name the next unused pair, in the order names are first drawn."""
+    """(colour, marker): softmax black and round; a registered mixer's by its place in
+    `KNOWN_MODELS`; any other name the next unused pair, in the order names are first drawn."""
     if model == REFERENCE:
         return "black", MARKERS[0]
     if model in KNOWN_MODELS:
         at = KNOWN_MODELS.index(model) - 1
-        return PALETTE[at % len(PALETTE)], MARKERS[(at + 1) % len(MARKERS)]
+        return PALETTE[at % len(PALETTE)], MARKERS[1 + at % (len(MARKERS) - 1)]
     if model not in HANDED:
         at = len(HANDED)
         HANDED[model] = (VARIANT_PALETTE[at % len(VARIANT_PALETTE)], MARKERS[at % len(MARKERS)])

@@ -2,6 +2,8 @@
 needle's depth x length heatmap, and copy accuracy against string length (the
 `test/acc_by/<slice>/<value>` metrics of each point)."""
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -132,7 +134,7 @@ def copy_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Fig
         return None
     layout = panels(copy, keys)
     fig, axes = look.grid(len(layout))
-    lengths = lambda p: slice_values(p, "copy_len")  # noqa: E731
+    lengths = partial(slice_values, name="copy_len")
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = copy[in_panel(copy, task, values)]
         draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len", log_x=False)

@@ -9,7 +9,7 @@ A figure is fit, points and legend: `draw_fits`, `draw_runs`, `capacity_legend`.
 fit keeps is drawn: a filled marker where n90 is read between two tested loads, an arrow up
 from a lower bound (every tested load held, or a run still rising), an arrow down from the
 judging load where the state ran out of room below it; hollow where the run had not converged
-(`style.HOLLOW`). training_limited runs are left out of the fit and of the figure (the
+(`look.HOLLOW`). training_limited runs are left out of the fit and of the figure (the
 verdict section lists them)."""
 
 import math

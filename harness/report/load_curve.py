@@ -2,7 +2,7 @@
 load curve"): each run's per-load test accuracies (`test/acc_by/<load>/<value>`) beside the
 binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`), and the
 readouts read at the report's threshold (`harness.report.reread`). A hollow marker is a seed
-that had not converged (`style.HOLLOW`), as in every figure."""
+that had not converged (`look.HOLLOW`), as in every figure."""
 
 import textwrap
 from collections import defaultdict

@@ -31,10 +31,10 @@ PALETTE = (
 """The mixers' colours by their place in `KNOWN_MODELS` (softmax's black aside): tab10 without
 its grey (grey is the baselines'), then tab20b's and Dark2's dark colours: 20 before they
 repeat."""
-MARKERS = "osDphH*Xd8P"
+MARKERS = "osDp*hHXdP8"
 """Filled markers (a hollow one marks a run that had not converged), no triangles: the
 capacity figure's censored readouts are arrows with triangle heads. The circle is softmax's;
-the other mixers take the rest in turn."""
+the other mixers take the rest in turn, the octagon (nearest the circle) last."""
 VARIANT_PALETTE = (*plt.cm.Dark2.colors[:7], *plt.cm.Set1.colors[:5], *plt.cm.tab20b.colors[::4])
 """Colours of names outside the registry (a variant, `linear elu`; a hybrid, `gdn+softmax`), in
 the order they are first drawn: one figure's variants differ."""
@@ -70,7 +70,8 @@ def style(model: str) -> tuple[Any, str]:
         return PALETTE[at % len(PALETTE)], MARKERS[1 + at % (len(MARKERS) - 1)]
     if model not in HANDED:
         at = len(HANDED)
-        HANDED[model] = (VARIANT_PALETTE[at % len(VARIANT_PALETTE)], MARKERS[at % len(MARKERS)])
+        shape = MARKERS[1 + at % (len(MARKERS) - 1)]
+        HANDED[model] = (VARIANT_PALETTE[at % len(VARIANT_PALETTE)], shape)
     return HANDED[model]
 
 

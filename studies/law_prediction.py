@@ -13,29 +13,17 @@ A prediction is committed before the runs it predicts (the capacity-law page).""
 import argparse
 from pathlib import Path
 
-from harness.records.sweep import load_sweep
 from harness.report.capacity_law import cells_and_laws
+from harness.report.frame import AVERAGED, SELECTED
 from harness.report.plain_table import print_table
-from harness.report.points import (
-    AVERAGED,
-    SELECTED,
-    aggregate,
-    clean_rows,
-    parameter_columns,
-    varied,
-)
-from harness.report.reread import reread, threshold_of
-from harness.report.sweep_report import variant_names
+from harness.report.sweep_report import read
 
 
 def predictions(records: Path, bounds: list[float], threshold: float | None = None) -> list[dict]:
     """One row per mixer, estimand and asked rank bound."""
-    rows = clean_rows(load_sweep(records))
-    rows = reread(rows, threshold_of(rows, threshold))
-    swept = varied(rows, parameter_columns(rows))
+    rows, _, swept, points, _ = read(records, threshold)
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    points = aggregate(rows, point_keys)
-    _, laws = cells_and_laws(rows, points, point_keys, variant_names(points, point_keys))
+    _, laws = cells_and_laws(rows, points, point_keys)
     out = []
     for (mixer, estimand), law in laws.items():
         for bound in bounds:

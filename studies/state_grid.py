@@ -29,8 +29,8 @@ from harness.readouts.censored_law import INTERVAL, LEFT, RIGHT
 from harness.records.schema import OK
 from harness.records.sweep import load_sweep
 from harness.report.capacity_runs import CapacityRun, run_of
+from harness.report.frame import clean_rows
 from harness.report.plain_table import print_table, write_csv
-from harness.report.points import clean_rows
 from harness.report.reread import reread, threshold_of
 from studies.grid_law import GridLaws, GridRun, fit_grid_laws
 

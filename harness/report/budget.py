@@ -3,7 +3,7 @@ rate (or the grid the best was chosen from on validation) and the width."""
 
 from collections import defaultdict
 
-from harness.report.points import AVERAGED, SELECTED, as_key, parameter_columns, sort_key
+from harness.report.frame import AVERAGED, SELECTED, as_key, parameter_columns, sort_key
 
 
 def values_of(rows: list[dict], key: str) -> list:

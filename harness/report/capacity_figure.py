@@ -9,7 +9,7 @@ A figure is fit, points and legend: `draw_fits`, `draw_runs`, `capacity_legend`.
 fit keeps is drawn: a filled marker where n90 is read between two tested loads, an arrow up
 from a lower bound (every tested load held, or a run still rising), an arrow down from the
 judging load where the state ran out of room below it; hollow where the run had not converged
-(`style.HOLLOW`). training_limited runs are left out of the fit and of the figure (the
+(`look.HOLLOW`). training_limited runs are left out of the fit and of the figure (the
 verdict section lists them)."""
 
 import math
@@ -26,17 +26,9 @@ from harness.readouts.capacity import INTERVAL, LEFT, RIGHT, level_name
 from harness.readouts.cell_law import CellLaw
 from harness.readouts.convergence import CONVERGED
 from harness.records.record import KV_CACHES
+from harness.report import look
 from harness.report.budget import budget
 from harness.report.capacity_runs import CapacityRun
-from harness.report.style import (
-    AXIS_TITLES,
-    HOLLOW,
-    colour,
-    legend_entry,
-    marker,
-    model_order,
-    powers_of_two,
-)
 from models.stack import HYBRID_JOIN
 
 SPREAD = 0.09
@@ -68,7 +60,7 @@ def spread(marks: list[tuple[str, float, float]]) -> list[float]:
 
 
 def log2_ticks(axis, low: float, high: float, label) -> None:
-    axis.set_major_locator(ticker.FixedLocator(powers_of_two(low, high)))
+    axis.set_major_locator(ticker.FixedLocator(look.powers_of_two(low, high)))
     axis.set_minor_locator(ticker.NullLocator())
     axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: label(v)))
 
@@ -101,7 +93,7 @@ def kv_cache_counts(mixer: str) -> str | None:
 
 
 def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> list[str]:
-    """Each mixer's rank bound through its state sizes, dashed in its colour (a short segment
+    """Each mixer's rank bound through its state sizes, dashed in its look.colour (a short segment
     where it has one size); mixers whose bounds run together share one dash pattern at shifted
     phases, so that their colours alternate. The mixers whose bound was drawn."""
     curves = {}
@@ -112,11 +104,11 @@ def draw_rank_bounds(ax, runs: list[CapacityRun], mixers: list[str]) -> list[str
     dash = 4.0
     for group in bound_groups(curves):
         gap = dash * (len(group) - 1) if len(group) > 1 else 3.0
-        for index, mixer in enumerate(sorted(group, key=model_order)):
+        for index, mixer in enumerate(sorted(group, key=look.model_order)):
             xs, ys = [p[0] for p in curves[mixer]], [p[1] for p in curves[mixer]]
             if len(xs) == 1:
                 xs, ys = [xs[0] / 2**0.4, xs[0] * 2**0.4], [ys[0], ys[0]]
-            style = dict(color=colour(mixer), linewidth=1.3, zorder=1)
+            style = dict(color=look.colour(mixer), linewidth=1.3, zorder=1)
             ax.plot(
                 xs, ys, linestyle=(dash * index, (dash, gap)), gid=f"rank_bound:{mixer}", **style
             )
@@ -158,17 +150,21 @@ def draw_fits(ax, laws: dict[str, CellLaw]) -> None:
         low, high = law.floats.floats_range
         xs = [low * (high / low) ** (i / 50) for i in range(51)]
         ax.plot(
-            xs, [law.floats(x) for x in xs], color=colour(mixer), linewidth=1.8, gid=f"fit:{mixer}"
+            xs,
+            [law.floats(x) for x in xs],
+            color=look.colour(mixer),
+            linewidth=1.8,
+            gid=f"fit:{mixer}",
         )
 
 
 def draw_run(ax, run: CapacityRun, x: float) -> None:
-    """One run: a marker at its readout, an arrow up (a lower bound) or down (below the
+    """One run: a look.marker at its readout, an arrow up (a lower bound) or down (below the
     judging load) where it is censored, a bar over the two tested loads it fell between
     where it is interval-censored, hollow where it had not converged."""
-    face = colour(run.mixer) if run.training == CONVERGED else "white"
+    face = look.colour(run.mixer) if run.training == CONVERGED else "white"
     size = 9.5 if run.best else 5.0
-    style = dict(color=colour(run.mixer), fmt=marker(run.mixer), markersize=size)
+    style = dict(color=look.colour(run.mixer), fmt=look.marker(run.mixer), markersize=size)
     style.update(markerfacecolor=face, markeredgewidth=1.2, zorder=3, elinewidth=1.0, capsize=3)
     kind = run.n90_censoring
     if kind is None:
@@ -257,34 +253,36 @@ def capacity_legend(
 ) -> None:
     """A mixer's entry each (its law, or its reason for none from `reasons`; a mixer not in
     `reasons` and without a law is named alone, its reason under the title), then what the
-    dashes (`bounds`: the mixers whose rank bound is drawn; a KV cache's, in its colour, as
+    dashes (`bounds`: the mixers whose rank bound is drawn; a KV cache's, in its look.colour, as
     the tokens it keeps), arrows and hollow markers mean."""
     shown = [r for r in runs if r.fitted]
     handles: list[Line2D] = []
     for mixer in mixers:
         line = "-" if mixer in laws and lined(laws[mixer]) else "none"
         label = law_label(mixer, laws.get(mixer), reasons.get(mixer, ""))
-        handles.append(legend_entry(label, colour(mixer), marker(mixer), line))
+        handles.append(look.legend_entry(label, look.colour(mixer), look.marker(mixer), line))
     if any(kv_cache_counts(mixer) is None for mixer in bounds):
         mean = "; a hybrid's: its layers' mean" if any_hybrid(mixers) else ""
         if any(m.startswith("log_linear") for m in bounds):
             mean += "; log-linear: x its levels at T"
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
-        handles.append(legend_entry(label, linestyle=(0, (4, 3))))
+        handles.append(look.legend_entry(label, linestyle=(0, (4, 3))))
     for mixer in bounds:
         if kv_cache_counts(mixer) is not None:
             label = f"{mixer}'s KV cache: R = {kv_cache_counts(mixer)} (dashed)"
-            handles.append(legend_entry(label, colour(mixer), linestyle=(0, (4, 3))))
+            handles.append(look.legend_entry(label, look.colour(mixer), linestyle=(0, (4, 3))))
     if any(r.n90_censoring == RIGHT for r in shown):
-        handles.append(legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP))
+        handles.append(
+            look.legend_entry("arrow up: a lower bound (right-censored)", marker=CARETUP)
+        )
     if any(r.n90_censoring == LEFT for r in shown):
         label = "arrow down: below the judging load (left-censored)"
-        handles.append(legend_entry(label, marker=CARETDOWN))
+        handles.append(look.legend_entry(label, marker=CARETDOWN))
     if any(r.n90_censoring == INTERVAL for r in shown):
         label = "bar: between the two tested loads it fell between (interval-censored)"
-        handles.append(legend_entry(label, marker="|"))
+        handles.append(look.legend_entry(label, marker="|"))
     if any(r.training != CONVERGED for r in shown):
-        handles.append(legend_entry(HOLLOW, marker="o", hollow=True))
+        handles.append(look.legend_entry(look.HOLLOW, marker="o", hollow=True))
     columns = legend_columns(handles)
     fig.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize=8)
 
@@ -303,7 +301,7 @@ def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
         f"the mixer's state per layer (floats; the short conv's window not counted{mean})"
     )
     load = next((r.load for r in runs if r.load), None)
-    what = AXIS_TITLES.get(f"task.{load}", load or "load")
+    what = look.AXIS_TITLES.get(f"task.{load}", load or "load")
     name = level_name(threshold)
     ax.set_ylabel(f"{name}: largest load at accuracy >= {threshold:g}\n({what})")
 
@@ -318,7 +316,7 @@ def capacity_figure(
     """n90 (at `threshold`) against state floats per layer: the module docstring's figure.
     None unless the runs the fit keeps sit at 2 or more state sizes (of one mixer: its law;
     of several, each at one: where each mixer or hybrid sits, no law)."""
-    mixers = sorted({r.mixer for r in runs}, key=model_order)
+    mixers = sorted({r.mixer for r in runs}, key=look.model_order)
     kept = [r for r in runs if r.fitted]
     if len({r.floats for r in kept}) < 2:
         return None

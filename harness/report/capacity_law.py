@@ -31,8 +31,8 @@ from harness.readouts.restarts import (
     cells,
     restarts,
 )
-from harness.report.points import Point, as_key
-from harness.report.style import model_order
+from harness.report.frame import as_key
+from harness.report.look import model_order
 
 CELL = "cell"
 """The report's cell column: a point's task and parameters (`cell_key`), rate and seed aside."""
@@ -42,19 +42,18 @@ ESTIMAND_NAMES = {
 }
 
 
-def cell_key(row: dict | Point, point_keys: list[str]) -> str:
+def cell_key(row: dict | pd.Series, point_keys: list[str]) -> str:
     """A run's or a point's cell: its task and `point_keys` values, as one string."""
-    get = row.get
-    task = row.task if isinstance(row, Point) else get("task")
-    return "|".join([str(task), *(as_key(get(k)) for k in point_keys)])
+    return "|".join([str(row.get("task")), *(as_key(row.get(k)) for k in point_keys)])
 
 
-def restart_frame(
-    rows: list[dict], points: list[Point], point_keys: list[str], names: list[str]
-) -> pd.DataFrame:
+def restart_frame(rows: list[dict], points: pd.DataFrame, point_keys: list[str]) -> pd.DataFrame:
     """Every job of the points as a tidy DataFrame with its mixer's name (`mixer`: the
-    point's variant name, `linear elu`) and its `cell`."""
-    name_of = {(p.model, cell_key(p, point_keys)): n for p, n in zip(points, names, strict=True)}
+    point's variant name, its `name`, `linear elu`) and its `cell`."""
+    name_of = {
+        (p["model"], cell_key(p["params"] | {"task": p["task"]}, point_keys)): p["name"]
+        for _, p in points.iterrows()
+    }
     frame = pd.DataFrame(rows)
     if frame.empty or "capacity.n90" not in frame:
         return pd.DataFrame()
@@ -68,11 +67,11 @@ def restart_frame(
 
 
 def cells_and_laws(
-    rows: list[dict], points: list[Point], point_keys: list[str], names: list[str]
+    rows: list[dict], points: pd.DataFrame, point_keys: list[str]
 ) -> tuple[pd.DataFrame, dict[tuple[str, str], CellLaw]]:
     """The cells (`harness.readouts.restarts.cells`, by mixer and cell) of the runs with a
     load-curve readout, and each (mixer, estimand)'s law."""
-    frame = restart_frame(rows, points, point_keys, names)
+    frame = restart_frame(rows, points, point_keys)
     if frame.empty:
         return pd.DataFrame(), {}
     frame = frame[frame["capacity.verdict"].notna() | (frame["status"] != "ok")]

@@ -25,7 +25,7 @@ from harness.readouts.restarts import restarts
 from harness.records.record import KV_CACHES
 from harness.records.schema import OK
 from harness.report.capacity_law import CELL
-from harness.report.points import missing, state_value
+from harness.report.frame import missing, state_value
 
 PARTS = ("", "_censoring", "_se_log", "_low", "_high")
 """A readout's fields beside its value (`harness.readouts.capacity.readout`)."""

@@ -1,330 +1,341 @@
-"""The report's figures. Each answers one question with one line per model (fixed colours;
-softmax, the reference, a wide band under the others so that it shows where they lie on it),
-one panel per value of every other parameter the reader swept, reference lines for chance and
-the binding-free baselines (coinciding ones drawn once), each seed a point where there are
-three or fewer, and failed or diverged points marked with x and the reason."""
+"""The report's accuracy figures over the points' DataFrame (`harness.report.frame.points`).
+Each answers one question with one line per model (`look`: the registry's colours; softmax,
+the reference, a wide band under the others), a panel per value of every other parameter the
+reader swept, the binding-free baselines (coinciding ones drawn once), each seed a small point
+where there are three or fewer (beyond: error bars of one std), a hollow marker where a run
+had not converged, and an x at the bottom with the reason for a failed or diverged point."""
 
 import math
-from collections import Counter, defaultdict
-from dataclasses import replace
+import statistics
+from collections import defaultdict
 from typing import Any
 
+import pandas as pd
 from matplotlib import patheffects
 from matplotlib.figure import Figure
 
 from harness.config.figure_specs import STATE, FigureSpec
 from harness.records.schema import OK
-from harness.report.baselines import coinciding
-from harness.report.figure_legend import (
-    LINE,
-    REFERENCE_LINE,
-    SEED_POINTS,
-    baseline_curves,
-    draw_baselines,
-    finish,
-)
-from harness.report.points import STATE_FLOATS, Point, as_key, missing, sort_key
-from harness.report.style import (
-    AXIS_TITLES,
-    REFERENCE,
-    accuracy_axis,
-    colour,
-    describe,
-    grid,
-    log2_axis,
-    marker,
-    model_order,
-    short,
+from harness.report import look
+from harness.report.frame import (
+    BASELINE,
+    STATE_FLOATS,
+    as_key,
+    baselines,
+    by_length,
+    missing,
+    sort_key,
 )
 
 HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
 MARKED = 12
-"""Most markers on one line (beyond the ends of each converged or not-converged stretch): a
-marker at each of 45 string lengths hides the line's shape under them."""
+"""Most markers on one line (beyond the ends of each converged or not-converged stretch)."""
+DODGE = 2**0.06
+"""A point of another model at the same place is drawn this factor right (a log axis)."""
 
 
 def marker_indices(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
-    """The indices of a line's points (x ascending) that get a marker: all of them up to
-    `MARKED`; else the nearest point to each of `MARKED` places spread evenly along the x axis
-    (in log x on a log axis) from the first point to the last, and the first and last point of
-    every stretch of equal `hollow` (not converged), so that each stretch shows what it is."""
+    """The indices of a line's points (x ascending) that get a look.marker: all up to `MARKED`; else
+    the nearest point to each of `MARKED` places spread evenly along x (log x on a log axis),
+    and the first and last point of every stretch of equal `hollow` (not converged)."""
     n = len(hollow)
     if n <= MARKED:
         return list(range(n))
-    if not all(isinstance(x, int | float) for x in xs):
-        at = [float(i) for i in range(n)]  # not numbers: spread over the points' order
-    else:
-        at = [math.log(x) for x in xs] if log_x and min(xs) > 0 else [float(x) for x in xs]
+    numbers = all(isinstance(x, int | float) for x in xs)
+    at = [float(i) for i in range(n)] if not numbers else [float(x) for x in xs]
+    at = [math.log(x) for x in at] if numbers and log_x and min(at) > 0 else at
     places = [at[0] + (at[-1] - at[0]) * i / (MARKED - 1) for i in range(MARKED)]
     even = {min(range(n), key=lambda i, t=t: abs(at[i] - t)) for t in places}
     edges = {j for i in range(1, n) if hollow[i] != hollow[i - 1] for j in (i - 1, i)}
     return sorted(even | edges)
 
 
-def points_by_slice(points: list[Point], key: str, accuracies) -> list[Point]:
-    """Each ok point once per value of one slice of its test set (`accuracies(point)`:
-    {value: accuracy}, the seeds' mean), that accuracy as its test accuracy and the value as
-    parameter `key`. The seeds' own accuracies at each value are not in a point, so only
-    their mean is drawn (no seed points or bars)."""
-    return [
-        replace(
-            p,
-            test_acc=acc,
-            test_acc_std=None,
-            seed_accs=[],
-            seeds=min(p.seeds, 1),
-            params={**p.params, key: value},
-        )
-        for p in points
-        if p.status == OK
-        for value, acc in sorted(accuracies(p).items())
-    ]
-
-
-def panels(points: list[Point], keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
+def panels(frame: pd.DataFrame, keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(task, {key: value}) of every panel, sorted numerically; a point without a value for a
-    key (a model that lacks that parameter) belongs to every panel. A refused value
-    (`model.feature_dim=0`) opens no panel of its own."""
-    seen: dict[str, tuple[str, dict]] = {}
-    for p in [p for p in points if not p.refused] or points:
-        values = {k: p.get(k) for k in keys if not missing(p.get(k))}
+    key belongs to every panel; a refused value opens no panel of its own."""
+    shown = (
+        frame[~frame["refused"].astype(bool)] if (~frame["refused"].astype(bool)).any() else frame
+    )
+    seen = {}
+    for _, p in shown.iterrows():
+        values = {k: p[k] for k in keys if not missing(p.get(k))}
         if len(values) == len(keys):
-            seen[as_key([p.task, values])] = (p.task, values)
-    if not seen:
-        seen = {as_key([p.task]): (p.task, {}) for p in points}
+            seen[as_key([p["task"], values])] = (p["task"], values)
+    seen = seen or {as_key([t]): (t, {}) for t in frame["task"]}
     return sorted(seen.values(), key=lambda tv: (tv[0], [sort_key(v) for v in tv[1].values()]))
 
 
-def in_panel(point: Point, task: str, values: dict[str, Any]) -> bool:
-    return point.task == task and all(
-        missing(point.get(k)) or as_key(point.get(k)) == as_key(v) for k, v in values.items()
-    )
+def in_panel(frame: pd.DataFrame, task: str, values: dict[str, Any]) -> pd.Series:
+    mask = frame["task"] == task
+    for k, v in values.items():
+        mask &= frame[k].map(lambda w, v=v: missing(w) or as_key(w) == as_key(v))
+    return mask
 
 
-def accuracy_figure(
-    points: list[Point], point_keys: list[str], spec: FigureSpec, title: str, subtitle: str = ""
-) -> Figure | None:
-    """Test accuracy against the spec's x (a parameter, or the state: `STATE_FLOATS`), log2
-    axis, a panel per value of its `panels`, its `ticks` under the x values (or beside each
-    point where they differ between models); the other varied parameters set points apart on
-    their line (`series`). None where x was not varied."""
-    x = STATE_FLOATS if spec.x == STATE else spec.x
-    drawable = [p for p in points if not missing(p.get(x))]
-    if len({as_key(p.get(x)) for p in drawable}) < 2:
-        return None  # x was not varied: nothing to draw against
-    panel_keys = [k for k in spec.panels if k in point_keys]
-    together = [k for k in spec.ticks if k in point_keys]
-    apart = [k for k in point_keys if k not in (x, *panel_keys, *together)]
-    layout = panels(drawable, panel_keys)
-    fig, axes = grid(len(layout))
-    for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = [p for p in drawable if in_panel(p, task, values)]
-        ticks = tick_notes(mine, x, together)
-        annotate = [] if ticks else together
-        draw_models(ax, mine, lambda p: p.get(x), lambda p: p.test_acc, annotate, apart, dodge=True)
-        draw_baselines(ax, mine, x, coinciding(baseline_curves(points, x)))
-        log2_axis(ax, [p.get(x) for p in drawable], "floats" if x == STATE_FLOATS else "length")
-        if ticks:
-            ax.xaxis.set_major_formatter(
-                lambda v, _, notes=ticks: f"{v:g}\n{notes.get(f'{v:g}', '')}"
-            )
-        ax.set_xlabel(AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    if len(layout) > 1:  # once under the panels: a long title repeated under each would overlap
-        fig.supxlabel(AXIS_TITLES.get(x, x), fontsize=10)
-    placed = [p for p in drawable if any(in_panel(p, *panel) for panel in layout)]
-    unplaced = [p for p in points if p not in placed]
-    finish(fig, axes, points, title, unplaced, subtitle=subtitle, x=x)
-    return fig
+def sliced(frame: pd.DataFrame, key: str, accuracies) -> pd.DataFrame:
+    """Each ok point once per value of one slice of its test set (`accuracies(point)`: {value:
+    its seeds' mean}), that accuracy as `test_acc` and the value as column `key`; the seeds'
+    own accuracies per value are not recorded, so only the mean is drawn."""
+    rows = [
+        {
+            **p,
+            key: value,
+            "test_acc": acc,
+            "std": None,
+            "seed_accs": [],
+            "seeds": min(p["seeds"], 1),
+        }
+        for p in frame[frame["status"] == OK].to_dict("records")
+        for value, acc in sorted(accuracies(p).items())
+    ]
+    return pd.DataFrame(rows, columns=[*frame.columns, key], dtype=object)
 
 
-def tick_notes(points: list[Point], x: str, together: list[str]) -> dict[str, str]:
-    """The parameters swept together with `x` as one note per x value ("seq_len=64"), when
-    every point at that x shares them (retrieval_gap's length and batch at each number of
-    pairs): written once under the tick rather than beside every model's point. Empty when
-    they differ between models at one x (the width behind each state size)."""
+def tick_notes(frame: pd.DataFrame, x: str, together: list[str]) -> dict[str, str]:
+    """The parameters swept together with `x` as one note under each x tick (`seq_len=64`),
+    when every point at that x shares them and there are at most 10; else none."""
     if x == STATE_FLOATS or not together:
-        return {}  # state ticks are powers of two, not the points' values (`log2_axis`)
+        return {}
     notes: dict[str, set[str]] = defaultdict(set)
-    for p in points:
-        notes[f"{float(p.get(x)):g}"].add("\n".join(f"{short(k)}={p.get(k)}" for k in together[:2]))
+    for _, p in frame.iterrows():
+        notes[f"{float(p[x]):g}"].add("\n".join(f"{look.short(k)}={p[k]}" for k in together[:2]))
     if len(notes) > 10 or any(len(texts) > 1 for texts in notes.values()):
-        return {}  # ticks at powers of two again, or the notes differ between models
+        return {}
     return {key: texts.pop() for key, texts in notes.items()}
 
 
-def series(points: list[Point], apart: list[str]) -> list[tuple[str, str, list[Point]]]:
-    """(model, note, points) of each line: a model's points, split by the `apart` keys; the
-    most common value is the model's line (no note), others are notes (`max_steps=8000`)."""
-    by_model: dict[str, dict[str, list[Point]]] = defaultdict(lambda: defaultdict(list))
-    for p in points:
-        note = ", ".join(f"{short(k)}={p.get(k)}" for k in apart if not missing(p.get(k)))
-        by_model[p.model][note].append(p)
+def series(frame: pd.DataFrame, apart: list[str]) -> list[tuple[str, str, pd.DataFrame]]:
+    """(model, note, points) of each line: a model's points split by the `apart` values; its
+    most common value is the model's line (no note), the others dashed with a note."""
+    notes = (
+        frame.apply(
+            lambda p: ", ".join(f"{look.short(k)}={p[k]}" for k in apart if not missing(p.get(k))),
+            axis=1,
+        )
+        if len(frame)
+        else pd.Series(dtype=object)
+    )
     out = []
-    for model in sorted(by_model, key=model_order):
-        groups = by_model[model]
-        common = Counter({note: len(mine) for note, mine in groups.items()}).most_common(1)[0][0]
-        for note, mine in sorted(groups.items(), key=lambda item: item[0] != common):
-            out.append((model, "" if note == common else note, mine))
+    for model in sorted(set(frame["model"]), key=look.model_order):
+        mine = notes[frame["model"] == model]
+        common = mine.value_counts(sort=True).index[0]
+        for note in sorted(dict.fromkeys(mine), key=lambda n: n != common):
+            out.append((model, "" if note == common else note, frame.loc[mine.index[mine == note]]))
     return out
 
 
-class Labels:
-    """Point labels of one panel: a text already written at (nearly) the same place is not
-    written again; a different text there is moved down a line."""
-
-    def __init__(self, ax) -> None:
-        self.ax, self.placed = ax, []
-
-    def add(self, text: str, x: float, y: float, **style) -> None:
-        near = [t for t, px, py in self.placed if px == x and abs(py - y) < 0.06]
-        if text in near:
-            return
-        self.placed.append((text, x, y))
-        offset = (4, 7 - 8 * len(near))
-        self.ax.annotate(
-            text, (x, y), textcoords="offset points", xytext=offset, fontsize=6, zorder=6, **style
+def label(ax, placed: list, text: str, x: float, y: float, **style) -> None:
+    """A point's label, once at (nearly) one place; a different text there a line lower."""
+    near = [t for t, px, py in placed if px == x and abs(py - y) < 0.06]
+    if text not in near:
+        placed.append((text, x, y))
+        ax.annotate(
+            text,
+            (x, y),
+            textcoords="offset points",
+            xytext=(4, 7 - 8 * len(near)),
+            fontsize=6,
+            zorder=6,
+            **style,
         )
 
 
-class Dodge:
-    """Points of different models at one place: each later one moved right by a small factor
-    (a log axis: the same distance anywhere), so that none hides another. The reference is
-    not moved: the others lying on its band are what it is there to show."""
-
-    STEP = 2**0.06
-
-    def __init__(self) -> None:
-        self.placed: list[tuple[float, float]] = []
-
-    def x(self, x: float, y: float, reference: bool) -> float:
-        if reference:
-            return x
-        near = sum(1 for px, py in self.placed if px == x and abs(py - y) < 0.015)
-        self.placed.append((x, y))
-        return x * self.STEP**near
-
-
-def draw_line(ax, model: str, note: str, ok: list[Point], at: dict, get_y, log_x: bool) -> None:
-    """One model's line through its ok points (error bars of one std beyond `SEED_POINTS`
-    seeds), markers at some of them (`marker_indices`), its seeds, and a hollow marker over each
-    shown point that had not converged."""
-    look = REFERENCE_LINE if model == REFERENCE else LINE
-    style = dict(color=colour(model), marker=marker(model), linestyle="--" if note else "-")
-    name = f"{model} {note}" if note else model
-    xs, ys = [at[id(p)] for p in ok], [get_y(p) for p in ok]
-    errors = [(p.test_acc_std or 0.0) if p.seeds > SEED_POINTS else 0.0 for p in ok]
-    shown = marker_indices([p.converged is False for p in ok], xs, log_x)
-    drawn = ax.errorbar(
-        xs, ys, yerr=errors if any(errors) else None, capsize=3, markevery=shown, **style, **look
-    )
-    drawn.lines[0].set_gid(f"model:{name}")
-    if model != REFERENCE:
-        drawn.lines[0].set_path_effects(HALO)
-    on_top = drawn.lines[0].get_zorder()
-    draw_seeds(ax, ok, lambda p: at[id(p)], model, on_top)
-    hollow = [ok[i] for i in shown if ok[i].converged is False]
-    ax.plot(
-        [at[id(p)] for p in hollow],
-        [get_y(p) for p in hollow],
-        linestyle="none",
-        marker=marker(model),
-        markersize=look["markersize"],
-        markerfacecolor="white",
-        markeredgecolor=colour(model),
-        zorder=on_top + 0.1,  # above the filled marker it hides
-        gid=f"not converged:{name}",
-    )
-
-
-def draw_notes(ax, labels: "Labels", mine, note: str, annotate, get_x, get_y, model: str) -> None:
-    """Each ok point's note (its `annotate` values), and an x at the bottom for each failed
-    or diverged point, with the reason."""
-    name = f"{model} {note}" if note else model
-    for p in mine:
-        if p.status == OK and get_y(p) is not None:
-            values = [f"{short(k)}={p.get(k)}" for k in annotate[:2] if not missing(p.get(k))]
-            text = ", ".join(filter(None, [note, *values]))
-            if text:
-                labels.add(text, get_x(p), get_y(p), color="dimgrey")
-        elif p.status != OK:
-            style = dict(marker="x", color=colour(model), markersize=9, mew=2)
-            ax.plot(get_x(p), -0.03, gid=f"not ok:{name}", **style)
-            labels.add(p.note, get_x(p), -0.03, color=colour(model))
+def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool) -> None:
+    """A model's line through its ok points: error bars beyond `SEED_POINTS` seeds, markers at
+    some points (`marker_indices`), the seeds as small points, hollow where not converged."""
+    kind, ys = look.line_look(model), list(ok["test_acc"].astype(float))
+    many = ok["seeds"] > look.SEED_POINTS
+    errors = list(ok["std"].where(many, 0.0).fillna(0.0).astype(float))
+    hollow = [c is False for c in ok["converged"]]
+    shown = marker_indices(hollow, xs, log_x)
+    mark = dict(color=look.colour(model), marker=look.marker(model))
+    dash = "--" if name != model else "-"
+    bars = errors if any(errors) else None
+    line = ax.errorbar(xs, ys, bars, capsize=3, markevery=shown, linestyle=dash, **mark, **kind)
+    line.lines[0].set_gid(f"model:{name}")
+    if model != look.REFERENCE:
+        line.lines[0].set_path_effects(HALO)
+    top, dots = line.lines[0].get_zorder(), dict(linestyle="none", **mark)
+    few = ok["seeds"].between(2, look.SEED_POINTS)
+    seeds = [(x, a) for x, f, accs in zip(xs, few, ok["seed_accs"], strict=True) if f for a in accs]
+    if seeds:
+        xy = zip(*seeds, strict=True)
+        ax.plot(*xy, markersize=3.5, alpha=0.7, zorder=top + 0.2, gid=f"seeds:{model}", **dots)
+    out = [i for i in shown if hollow[i]]
+    dots.update(markersize=kind["markersize"], markerfacecolor="white", zorder=top + 0.1)
+    dots.update(markeredgecolor=mark["color"], gid=f"not converged:{name}")
+    ax.plot([xs[i] for i in out], [ys[i] for i in out], **dots)
 
 
 def draw_models(
-    ax,
-    points: list[Point],
-    get_x,
-    get_y,
-    annotate: list[str] = (),
-    apart: list[str] = (),
-    dodge: bool = False,
-    log_x: bool = True,
+    ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False, log_x=True
 ) -> None:
-    """One line per model through its ok points (`draw_line`: hollow where not converged;
-    three seeds or fewer: each seed a small point; more: error bars of one std), and an x at
-    the bottom for each failed or diverged point, with the reason (`draw_notes`). Softmax is a
-    wide band under the others; `dodge` (log x axes) moves coinciding points of other models
-    apart (`Dodge`). A line of many points carries markers at some of them only (`marker_indices`;
-    `log_x`: spread along a log axis), its line drawn through all."""
-    labels, dodged = Labels(ax), Dodge()
-    for model, note, mine in series(points, list(apart)):
-        mine.sort(key=lambda p: sort_key(get_x(p)))
-        ok = [p for p in mine if p.status == OK and get_y(p) is not None]
-        at = {id(p): get_x(p) for p in ok}
-        if dodge:
-            at = {id(p): dodged.x(get_x(p), get_y(p), model == REFERENCE) for p in ok}
-        if ok:
-            draw_line(ax, model, note, ok, at, get_y, log_x)
-        draw_notes(ax, labels, mine, note, list(annotate), get_x, get_y, model)
+    """One line per model and `apart` value (`series`, `draw_line`), each ok point's note (its
+    `annotate` values), an x at the bottom with the reason for each point not ok. `dodge` (log
+    x): a point of another model at one place is moved right (`DODGE`), softmax never."""
+    placed, dodged = [], []
+    for model, note, mine in series(frame, list(apart)):
+        mine = mine.iloc[sorted(range(len(mine)), key=lambda i: sort_key(mine.iloc[i][x]))]
+        name = f"{model} {note}" if note else model
+        ok = mine[(mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))]
+        xs = list(ok[x])
+        if dodge and model != look.REFERENCE:
+            for i, (px, py) in enumerate(zip(ok[x], ok["test_acc"], strict=True)):
+                xs[i] = px * DODGE ** sum(q == px and abs(r - py) < 0.015 for q, r in dodged)
+                dodged.append((px, py))
+        if len(ok):
+            draw_line(ax, model, name, ok, xs, log_x)
+        for _, p in mine.iterrows():
+            if p["status"] == OK and not missing(p["test_acc"]):
+                values = [f"{look.short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
+                if text := ", ".join(filter(None, [note, *values])):
+                    label(ax, placed, text, p[x], p["test_acc"], color="dimgrey")
+            elif p["status"] != OK:
+                ax.plot(
+                    p[x],
+                    -0.03,
+                    marker="x",
+                    color=look.colour(model),
+                    markersize=9,
+                    mew=2,
+                    gid=f"not ok:{name}",
+                )
+                label(ax, placed, p["note"], p[x], -0.03, color=look.colour(model))
 
 
-def draw_seeds(ax, points: list[Point], get_x, model: str, zorder: float) -> None:
-    """Each seed's accuracy as a small point, for points of two or three seeds."""
-    shown = [p for p in points if 1 < p.seeds <= SEED_POINTS]
-    xs = [get_x(p) for p in shown for _ in p.seed_accs]
-    ys = [acc for p in shown for acc in p.seed_accs]
-    if xs:
-        ax.plot(
-            xs,
-            ys,
-            linestyle="none",
-            marker=marker(model),
-            markersize=3.5,
-            color=colour(model),
-            alpha=0.7,
-            zorder=zorder + 0.2,
-            gid=f"seeds:{model}",
-        )
+def baseline_curves(frame: pd.DataFrame, x: str | None) -> dict[str, dict]:
+    """Each baseline's value at every (task, x, point) of the figure: what `coinciding` compares."""
+    curves: dict[str, dict] = defaultdict(dict)
+    for _, p in frame.iterrows():
+        for name, value in baselines(p).items():
+            curves[name][as_key([p["task"], p[x] if x else 0, p.get("params")])] = value
+    return curves
 
 
-def length_figure(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
-    """Accuracy against test length from one run (`task.eval_seq_lens`), drawn as every
-    figure's lines (`draw_models`: the reference's band, hollow where the run had not
-    converged), the training length marked; one panel per value of the other varied
-    parameters."""
-    tested = [p for p in points if len(p.by_length) > 1 or (p.status != OK and p.by_length)]
-    if not tested:
+def draw_baselines(ax, frame: pd.DataFrame, x: str | None, drawn: dict[str, str]) -> None:
+    """The baselines in `drawn`: flat where the panel's points agree (or x is the state), else
+    along x (the mean of their distinct values at each x)."""
+    for name in sorted(drawn):
+        values = frame.get(f"{BASELINE}{name}", pd.Series(dtype=object))
+        at = frame[x] if x else pd.Series(0, index=frame.index)
+        pairs = {(q, float(v)) for q, v in zip(at, values, strict=True) if not missing(v)}
+        if not pairs:
+            continue
+        style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
+        flat = [v for _, v in pairs]
+        if max(flat) - min(flat) < 1e-9 or x in (None, STATE_FLOATS):
+            ax.axhline(statistics.fmean(flat), gid=f"baseline:{name}", **style)
+            continue
+        xs = sorted({q for q, _ in pairs}, key=sort_key)
+        ys = [statistics.fmean(v for q, v in pairs if q == here) for here in xs]
+        ax.plot(xs, ys, gid=f"baseline:{name}", **style)
+
+
+def finish(
+    fig,
+    frame: pd.DataFrame,
+    title: str,
+    unplaced: pd.DataFrame,
+    subtitle: str,
+    x=None,
+    train_length=False,
+) -> None:
+    """Title and budget, one legend (below one panel, beside several) naming every mark the
+    figure has, and the points with no place on the x axis."""
+    fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
+    ok, entry = frame[frame["status"] == OK], look.legend_entry
+    handles = [look.model_entry(m) for m in sorted(set(frame["model"]), key=look.model_order)]
+    for name, text in look.coinciding(baseline_curves(frame, x)).items():
+        handles.append(entry(f"baseline: {text}", linestyle=look.BASELINE_STYLES.get(name, "-")))
+    many = "/".join(map(str, sorted(set(ok["seeds"][ok["seeds"] > look.SEED_POINTS]))))
+    marks = {
+        "small points: seeds; line: their mean": (
+            ok["seeds"].between(2, look.SEED_POINTS).any(),
+            dict(marker="o", markersize=3.5, alpha=0.7),
+        ),
+        f"bars: ±1 std over {many} seeds": (bool(many), dict(marker="|", markersize=10)),
+        "failed / diverged": ((frame["status"] != OK).any(), dict(marker="x", mew=2)),
+        look.HOLLOW: (any(c is False for c in frame["converged"]), dict(marker="o", hollow=True)),
+        "training length": (train_length, dict(linestyle=":")),
+    }
+    handles += [entry(text, **style) for text, (shown, style) in marks.items() if shown]
+    one = sum(ax.get_visible() for ax in fig.axes) == 1  # beside one panel it would squeeze it
+    where = dict(loc="outside lower center", ncols=2) if one else dict(loc="outside right center")
+    fig.legend(handles=handles, fontsize=8, **where)
+    if len(unplaced):
+        notes = [
+            f"{p['model']} {look.describe(p['params'])}: {p['note']}"
+            for _, p in unplaced.iterrows()
+        ]
+        more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
+        fig.text(0, -0.02, "not drawn: " + "; ".join(notes[:6]) + more, fontsize=7, va="top")
+
+
+def accuracy_figure(
+    frame: pd.DataFrame, keys: list[str], spec: FigureSpec, title: str, subtitle: str = ""
+) -> Figure | None:
+    """Test accuracy against the spec's x (a parameter, or the state), log2, a panel per value
+    of its `panels`, its `ticks` under the x values (or beside each point where they differ
+    between models); the other varied parameters set points apart on their line (`series`).
+    None where x was not varied."""
+    x = STATE_FLOATS if spec.x == STATE else spec.x
+    data = frame[frame[x].map(lambda v: not missing(v))] if x in frame else frame.iloc[:0]
+    if data[x].map(as_key).nunique() < 2 if len(data) else True:
         return None
-    layout = panels(tested, point_keys)
-    fig, axes = grid(len(layout))
-    for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = [p for p in tested if in_panel(p, task, values)]
-        lines = points_by_slice(mine, "test_length", lambda p: p.by_length)
-        draw_models(ax, lines, lambda q: q.get("test_length"), lambda q: q.test_acc)
-        trained = {p.seq_len for p in mine} - {None}
-        for length in trained:
-            ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
-        draw_baselines(ax, mine, None, coinciding(baseline_curves(tested, None)))
-        log2_axis(ax, [n for p in tested for n in p.by_length], "length")
-        ax.set_xlabel(AXIS_TITLES["test_length"])
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    drawn = points_by_slice(tested, "test_length", lambda p: p.by_length)
-    finish(
-        fig, axes, drawn, "Accuracy against test length", [], train_length=True, subtitle=subtitle
+    panel_keys, together = (
+        [k for k in spec.panels if k in keys],
+        [k for k in spec.ticks if k in keys],
     )
+    apart = [k for k in keys if k not in (x, *panel_keys, *together)]
+    layout = panels(data, panel_keys)
+    fig, axes = look.grid(len(layout))
+    placed = pd.Series(False, index=frame.index)
+    for ax, (task, values) in zip(axes, layout, strict=True):
+        inside = in_panel(data, task, values)
+        placed |= inside.reindex(frame.index, fill_value=False)
+        mine = data[inside]
+        notes = tick_notes(mine, x, together)
+        draw_models(ax, mine, x, [] if notes else together, apart, dodge=True)
+        draw_baselines(ax, mine, x, look.coinciding(baseline_curves(frame, x)))
+        look.log2_axis(ax, list(data[x]), "floats" if x == STATE_FLOATS else "length")
+        if notes:
+            ax.xaxis.set_major_formatter(lambda v, _, n=notes: f"{v:g}\n{n.get(f'{v:g}', '')}")
+        ax.set_xlabel(look.AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
+    if len(layout) > 1:
+        fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
+    finish(fig, frame, title, frame[~placed], subtitle, x=x)
+    return fig
+
+
+def length_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Figure | None:
+    """Accuracy against test length from one run (`task.eval_seq_lens`), the training length
+    dotted; one panel per value of the other varied parameters."""
+    tested = (
+        frame[
+            frame.apply(
+                lambda p: len(by_length(p)) > 1 or (p["status"] != OK and bool(by_length(p))),
+                axis=1,
+            )
+        ]
+        if len(frame)
+        else frame
+    )
+    if tested.empty:
+        return None
+    layout = panels(tested, keys)
+    fig, axes = look.grid(len(layout))
+    for ax, (task, values) in zip(axes, layout, strict=True):
+        mine = tested[in_panel(tested, task, values)]
+        draw_models(ax, sliced(mine, "test_length", by_length), "test_length")
+        for length in {n for n in mine["seq_len"] if not missing(n)}:
+            ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(tested, None)))
+        look.log2_axis(ax, [n for _, p in tested.iterrows() for n in by_length(p)], "length")
+        ax.set_xlabel(look.AXIS_TITLES["test_length"])
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
+    drawn = sliced(tested, "test_length", by_length)
+    finish(fig, drawn, "Accuracy against test length", drawn.iloc[:0], subtitle, train_length=True)
     return fig

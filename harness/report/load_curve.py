@@ -2,50 +2,40 @@
 load curve"): each run's per-load test accuracies (`test/acc_by/<load>/<value>`) beside the
 binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`), and the
 readouts read at the report's threshold (`harness.report.reread`). A hollow marker is a seed
-that had not converged (`style.HOLLOW`), as in every figure."""
+that had not converged (`look.HOLLOW`), as in every figure."""
 
 import textwrap
 from collections import defaultdict
 from statistics import stdev
 
+import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
-from harness.report.baselines import coinciding
+from harness.report import look
 from harness.report.budget import budget, joined, values_of
-from harness.report.figure_legend import REFERENCE_LINE
-from harness.report.points import Point, as_key, sort_key
-from harness.report.style import (
-    AXIS_TITLES,
-    BASELINE_STYLES,
-    HOLLOW,
-    REFERENCE,
-    accuracy_axis,
-    colour,
-    describe,
-    grid,
-    legend_entry,
-    log2_axis,
-    marker,
-    model_order,
-)
+from harness.report.frame import as_key, metrics, missing, sort_key
+
+Point = pd.Series
+"""A row of the points' DataFrame (`harness.report.frame.points`)."""
 
 
 def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
     """The ok rows behind `point`: its task, model, parameters (those of `point_keys` and
     those a variant's name was made of, `linear elu`) and chosen learning rate."""
     keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
+    lr = None if missing(point.lr) else point.lr
     return [
         row
         for row in rows
         if row.get("status") == "ok"
         and row.get("task") == point.task
         and row.get("model") == point.model.split(" ")[0]
-        and all(as_key(row.get(k)) == as_key(point.get(k)) for k in keys)
-        and (point.lr is None or row.get("optim.lr") == point.lr)
+        and all(as_key(row.get(k)) == as_key(point.params.get(k)) for k in keys)
+        and (lr is None or row.get("optim.lr") == lr)
     ]
 
 
@@ -68,7 +58,7 @@ def readout_label(rows: list[dict]) -> str:
 
 def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
     """One panel when every model has one line; else one panel per model (and True)."""
-    models = sorted({p.model for p in curves}, key=model_order)
+    models = sorted({p.model for p in curves}, key=look.model_order)
     several = any(sum(p.model == m for p in curves) > 1 for m in models)
     return ([[p for p in curves if p.model == m] for m in models] if several else [curves]), several
 
@@ -76,38 +66,38 @@ def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
 def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) -> None:
     """One panel: each point's curve and seeds, the baselines, the threshold's level."""
     for index, point in enumerate(
-        sorted(mine, key=lambda p: [sort_key(p.get(k)) for k in point_keys])
+        sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
     ):
         seeds = seeds_of(point, rows, point_keys)
         draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
     draw_load_baselines(ax, mine, load, handles)
-    log2_axis(ax, [n for p in mine for n in accuracy_by_load(p.metrics, load)], "length")
+    look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
     ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
-    ax.set_xlabel(AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
-    accuracy_axis(ax)
+    ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
+    look.accuracy_axis(ax)
     if several:
         ax.set_title(mine[0].model, fontsize=10)
 
 
 def load_figure(
-    points: list[Point], point_keys: list[str], rows: list[dict], threshold: float
+    frame: pd.DataFrame, point_keys: list[str], rows: list[dict], threshold: float
 ) -> Figure | None:
     """Test accuracy against load (log2), a line per model through the seeds' mean, each seed
     a point (hollow: not converged), the binding-free baselines in grey, the threshold's level
     as a light line. One panel when every model has one line; else one panel per model, one
     line per setting."""
-    curves = [p for p in points if p.status == "ok" and load_param(p.metrics)]
+    curves = [p for _, p in frame.iterrows() if p.status == "ok" and load_param(metrics(p))]
     if not curves:
         return None
-    load = load_param(curves[0].metrics)
+    load = load_param(metrics(curves[0]))
     layout, several = load_layout(curves)
-    fig, axes = grid(len(layout))
+    fig, axes = look.grid(len(layout))
     handles: dict[str, Line2D] = {}
     for ax, mine in zip(axes, layout, strict=True):
         load_panel(ax, mine, rows, point_keys, load, several, threshold, handles)
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
-        handles[HOLLOW] = legend_entry(HOLLOW, marker="o", hollow=True)
-    title = f"Accuracy against load ({AXIS_TITLES.get(f'task.{load}', load)})"
+        handles[look.HOLLOW] = look.legend_entry(look.HOLLOW, marker="o", hollow=True)
+    title = f"Accuracy against load ({look.AXIS_TITLES.get(f'task.{load}', load)})"
     band = any(len(seeds_of(p, rows, point_keys)) > 3 for p in curves)
     subtitle = textwrap.fill(
         load_curve_subtitle(rows, load, threshold, band), width=int(fig.get_figwidth() * 13)
@@ -148,17 +138,18 @@ def draw_curve(
     """The seeds' mean through every tested load; with three seeds or fewer, each seed's
     accuracies as small markers (hollow where it had not converged); with more, a band of one
     sample std around the mean and hollow markers for the seeds that had not converged."""
-    mean = accuracy_by_load(point.metrics, load)
+    mean = accuracy_by_load(metrics(point), load)
     loads = sorted(mean)
     dash = LINE_STYLES[index % len(LINE_STYLES)]
-    style = dict(color=colour(point.model), linewidth=1.6, linestyle=dash)
-    if point.model == REFERENCE:  # the band other curves lie on, as in every figure
-        style.update(linewidth=REFERENCE_LINE["linewidth"], alpha=REFERENCE_LINE["alpha"])
-    params = {k: point.get(k) for k in point_keys if k != "seed" and point.get(k) is not None}
-    label = " ".join(filter(None, [point.model, describe(params)]))
+    style = dict(color=look.colour(point.model), linewidth=1.6, linestyle=dash)
+    if point.model == look.REFERENCE:  # the band other curves lie on, as in every figure
+        style.update(linewidth=look.REFERENCE_LINE["linewidth"], alpha=look.REFERENCE_LINE["alpha"])
+    params = {k: point.params.get(k) for k in point_keys if k != "seed"}
+    params = {k: v for k, v in params.items() if v is not None}
+    label = " ".join(filter(None, [point.model, look.describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""
     (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
-    handles[label] = legend_entry(label, marker=marker(point.model), **style)
+    handles[label] = look.legend_entry(label, marker=look.marker(point.model), **style)
     curves = [accuracy_by_load(seed, load) for seed in seeds]
     many = len(seeds) > 3
     if many:
@@ -171,10 +162,10 @@ def draw_curve(
             sorted(curve),
             [curve[n] for n in sorted(curve)],
             linestyle="none",
-            marker=marker(point.model),
+            marker=look.marker(point.model),
             markersize=5,
-            color=colour(point.model),
-            markerfacecolor="white" if hollow else colour(point.model),
+            color=look.colour(point.model),
+            markerfacecolor="white" if hollow else look.colour(point.model),
             alpha=0.8,
             zorder=line.get_zorder() + 0.1,
         )
@@ -196,18 +187,18 @@ def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
     every load share one line and one legend entry."""
     means: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for point in points:
-        for name, by_load in baselines_by_load(point.metrics, load).items():
+        for name, by_load in baselines_by_load(metrics(point), load).items():
             for n, value in by_load.items():
                 means[name][n].append(value)
     curves = {
         name: {n: sum(v) / len(v) for n, v in by_load.items()} for name, by_load in means.items()
     }
-    drawn = coinciding(curves)
+    drawn = look.coinciding(curves)
     for name in drawn:
         curve = curves[name]
         loads = sorted(curve)
-        style = dict(color="grey", linewidth=1, linestyle=BASELINE_STYLES.get(name, "-"))
+        style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
         ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)
     for name, label in drawn.items():
-        style = BASELINE_STYLES.get(name, "-")
-        handles[f"baseline: {label}"] = legend_entry(f"baseline: {label}", linestyle=style)
+        style = look.BASELINE_STYLES.get(name, "-")
+        handles[f"baseline: {label}"] = look.legend_entry(f"baseline: {label}", linestyle=style)

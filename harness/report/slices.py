@@ -1,29 +1,33 @@
-"""Figures of sliced accuracy: the needle's depth x length heatmap, and copy accuracy against
-string length (the `test/acc_by/<slice>/<value>` metrics of each point)."""
+"""Figures of sliced accuracy over the points' DataFrame (`harness.report.frame.points`): the
+needle's depth x length heatmap, and copy accuracy against string length (the
+`test/acc_by/<slice>/<value>` metrics of each point)."""
+
+from functools import partial
 
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.records.schema import OK
-from harness.report.baselines import coinciding
-from harness.report.figure_legend import baseline_curves, draw_baselines, finish
-from harness.report.figures import draw_models, in_panel, panels, points_by_slice
-from harness.report.points import Point, sort_key
-from harness.report.style import (
-    AXIS_TITLES,
-    accuracy_axis,
-    describe,
-    grid,
-    model_order,
+from harness.report import look
+from harness.report.figures import (
+    baseline_curves,
+    draw_baselines,
+    draw_models,
+    finish,
+    in_panel,
+    panels,
+    sliced,
 )
+from harness.report.frame import baselines, metrics, sort_key
 
 
-def slice_values(point: Point, name: str) -> dict[int, float]:
+def slice_values(point: pd.Series | dict, name: str) -> dict[int, float]:
     prefix = f"test/acc_by/{name}/"
-    return {int(k[len(prefix) :]): v for k, v in point.metrics.items() if k.startswith(prefix)}
+    return {int(k[len(prefix) :]): v for k, v in metrics(point).items() if k.startswith(prefix)}
 
 
-def no_ok_job(ax, mine: list[Point], lengths: list) -> None:
+def no_ok_job(ax, mine: list[pd.Series], lengths: list) -> None:
     """A panel whose model has no ok job: why, per length, instead of cells."""
     ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
     reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
@@ -35,7 +39,7 @@ def no_ok_job(ax, mine: list[Point], lengths: list) -> None:
     ax.set_yticks([])
 
 
-def draw_cells(ax, ok: list[Point], lengths: list):
+def draw_cells(ax, ok: list[pd.Series], lengths: list):
     """Depth x length cells of the ok points, each with its accuracy written in; the image."""
     depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
     cells = np.full((len(depths), len(lengths)), np.nan)
@@ -49,11 +53,11 @@ def draw_cells(ax, ok: list[Point], lengths: list):
         shade = "black" if not np.isnan(value) and value > 0.6 else "white"
         ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
     ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
-    ax.set_ylabel(AXIS_TITLES["depth_bin"])
+    ax.set_ylabel(look.AXIS_TITLES["depth_bin"])
     return image
 
 
-def needle_panel(ax, mine: list[Point], title: str):
+def needle_panel(ax, mine: list[pd.Series], title: str):
     """One model's panel: lengths as columns (`not converged` under a column whose run had
     not converged), the cells or why there are none; the image, or None."""
     lengths = sorted({p.seq_len for p in mine}, key=sort_key)
@@ -62,36 +66,38 @@ def needle_panel(ax, mine: list[Point], title: str):
     unfinished = {p.seq_len for p in mine if p.converged is False}
     labels = [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths]
     ax.set_xticks(range(len(lengths)), labels)
-    ax.set_xlabel(AXIS_TITLES["task.seq_len"])
+    ax.set_xlabel(look.AXIS_TITLES["task.seq_len"])
     if not ok:
         no_ok_job(ax, mine, lengths)
         return None
     return draw_cells(ax, ok, lengths)
 
 
-def needle_heatmap(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
+def needle_heatmap(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Figure | None:
     """Depth x length accuracy, one panel per model (and per value of any other varied
     parameter); a model with no ok job shows why instead of cells; a length whose run had
     not converged says so under its column (a dark column may be budget, not capacity)."""
-    needle = [p for p in points if p.task == "needle"]
-    if not needle:
+    table = frame[frame["task"] == "needle"]
+    if table.empty:
         return None
-    others = [k for k in point_keys if k != "task.seq_len"]
+    needle = [p for _, p in table.iterrows()]
+    others = [k for k in keys if k != "task.seq_len"]
     layout = [
         (model, values)
-        for _, values in panels(needle, others)
-        for model in sorted({p.model for p in needle}, key=model_order)
+        for _, values in panels(table, others)
+        for model in sorted({p.model for p in needle}, key=look.model_order)
     ]
     columns = len({p.seq_len for p in needle})
     rows = len({d for p in needle for d in slice_values(p, "depth_bin")})
     # cells large enough for 8 pt numbers at the page's size: ~0.75 x 0.3 inch each
-    fig, axes = grid(
+    fig, axes = look.grid(
         len(layout), width=max(3.8, 0.75 * columns + 1.6), height=max(3.4, 0.3 * rows + 1.6)
     )
     images = []
     for ax, (model, values) in zip(axes, layout, strict=True):
-        mine = [p for p in needle if p.model == model and in_panel(p, "needle", values)]
-        title = " · ".join(filter(None, [model, describe(values)]))
+        inside = table[in_panel(table, "needle", values) & (table["model"] == model)]
+        mine = [p for _, p in inside.iterrows()]
+        title = " · ".join(filter(None, [model, look.describe(values)]))
         images.append(needle_panel(ax, mine, title))
     drawn = [image for image in images if image is not None]
     if drawn:
@@ -106,12 +112,12 @@ CELL_FONT = 8
 """Points: the heatmap's numbers stay readable where the page shows the figure at its size."""
 
 
-def floors(points: list[Point]) -> list[float]:
+def floors(points: list[pd.Series]) -> list[float]:
     """The binding-free floors of the points: each one's strongest baseline (two decimals)."""
-    return sorted({round(max(p.baselines.values()), 2) for p in points if p.baselines})
+    return sorted({round(max(baselines(p).values()), 2) for p in points if baselines(p)})
 
 
-def mark_floors(bar, points: list[Point]) -> None:
+def mark_floors(bar, points: list[pd.Series]) -> None:
     """A line across the colour scale at each binding-free floor, labelled `floor`: cells at
     or below it retrieve nothing a binding-free strategy could not."""
     for value in floors(points):
@@ -120,24 +126,24 @@ def mark_floors(bar, points: list[Point]) -> None:
                     va="center", transform=bar.ax.get_yaxis_transform())  # fmt: skip
 
 
-def copy_figure(points: list[Point], point_keys: list[str], subtitle: str = "") -> Figure | None:
+def copy_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Figure | None:
     """Copy accuracy against the example's string length, one line per model; a failed or
     diverged job has no string lengths and is listed under the figure."""
-    copy = [p for p in points if p.task == "copy"]
-    if not any(len(slice_values(p, "copy_len")) > 1 for p in copy):
+    copy = frame[frame["task"] == "copy"]
+    if not any(len(slice_values(p, "copy_len")) > 1 for _, p in copy.iterrows()):
         return None
-    layout = panels(copy, point_keys)
-    fig, axes = grid(len(layout))
+    layout = panels(copy, keys)
+    fig, axes = look.grid(len(layout))
+    lengths = partial(slice_values, name="copy_len")
     for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = [p for p in copy if in_panel(p, task, values)]
-        by_length = points_by_slice(mine, "copy_len", lambda p: slice_values(p, "copy_len"))
-        draw_models(ax, by_length, lambda q: q.get("copy_len"), lambda q: q.test_acc, log_x=False)
-        draw_baselines(ax, mine, None, coinciding(baseline_curves(copy, None)))
-        ax.set_xlabel(AXIS_TITLES["copy_len"])
-        accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, describe(values)])), fontsize=10)
-    unplaced = [p for p in copy if p.status != OK]
-    drawn = [*points_by_slice(copy, "copy_len", lambda p: slice_values(p, "copy_len")), *unplaced]
+        mine = copy[in_panel(copy, task, values)]
+        draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len", log_x=False)
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(copy, None)))
+        ax.set_xlabel(look.AXIS_TITLES["copy_len"])
+        look.accuracy_axis(ax)
+        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
+    unplaced = copy[copy["status"] != OK]
+    drawn = pd.concat([sliced(copy, "copy_len", lengths), unplaced])
     title = "Copying: accuracy against string length"
-    finish(fig, axes, drawn, title, unplaced, subtitle=subtitle)
+    finish(fig, drawn, title, unplaced, subtitle)
     return fig

@@ -26,31 +26,30 @@ from harness.report.capacity_figure import capacity_figure, lined
 from harness.report.capacity_law import cells_and_laws, law_notes, restart_frame
 from harness.report.capacity_runs import design_runs
 from harness.report.figures import accuracy_figure, length_figure
-from harness.report.load_curve import load_figure
-from harness.report.page import write_page
-from harness.report.plain_table import print_table, write_csv
-from harness.report.points import (
+from harness.report.frame import (
     AVERAGED,
     SELECTED,
     STATE_FLOATS,
-    Point,
-    aggregate,
     clean_rows,
     covaries,
     fixed_settings,
     missing,
     parameter_columns,
+    points,
     split_settings,
     varied,
 )
+from harness.report.load_curve import load_figure
+from harness.report.look import save, short
+from harness.report.page import write_page
+from harness.report.plain_table import print_table, write_csv
 from harness.report.provenance import provenance
 from harness.report.reread import default_threshold, reread, threshold_of
 from harness.report.slices import copy_figure, needle_heatmap
-from harness.report.style import save, short
 from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.report.verdict import verdicts
 
-__all__ = ["report"]
+__all__ = ["report", "read"]
 
 
 def description_of(sweep: Path) -> dict:
@@ -81,7 +80,7 @@ def wandb_mode_of(description: dict, requested: str) -> str:
     return logger.get("mode") or "offline"
 
 
-def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
+def task_axes(frame: pd.DataFrame, point_keys: list[str]) -> list[str]:
     """Varied numeric task parameters besides the length (`task.num_kv_pairs`, ...): each
     gets its own accuracy figure, the length has one already."""
     return [
@@ -89,50 +88,46 @@ def task_axes(points: list[Point], point_keys: list[str]) -> list[str]:
         for key in point_keys
         if key.startswith("task.")
         and key != "task.seq_len"
-        and all(is_real(p.get(key)) and p.get(key) > 0 for p in points if not missing(p.get(key)))
+        and all(is_real(v) and v > 0 for v in frame[key] if not missing(v))
     ]
 
 
 def variants(
-    points: list[Point], point_keys: list[str], hue: tuple[str, ...] | None = None
-) -> tuple[list[Point], list[str]]:
+    frame: pd.DataFrame, point_keys: list[str], hue: tuple[str, ...] | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """The `hue` parameters' values join the model's name ("linear elu"): variants of a model,
     drawn as lines of their own in one panel, so that they compare at equal x. By default
     (`hue` None) the swept model parameters whose values are names (`model.feature_map`: elu,
     taylor, favor); numeric ones (`model.feature_dim`) stay axes or panels."""
     if hue is None:
-        strings = [k for k in point_keys if any(isinstance(p.get(k), str) for p in points)]
+        strings = [k for k in point_keys if any(isinstance(v, str) for v in frame[k])]
         hue = tuple(k for k in strings if k.startswith("model."))
     named = [key for key in point_keys if key in hue]
     if not named:
-        return points, point_keys
-    renamed = [
-        replace(p, model=" ".join([p.model, *(str(p.get(k)) for k in named if p.get(k))]))
-        for p in points
+        return frame, point_keys
+    renamed = frame.copy()
+    renamed["model"] = [
+        " ".join([p["model"], *(str(p[k]) for k in named if not missing(p[k]) and p[k])])
+        for _, p in frame.iterrows()
     ]
     return renamed, [key for key in point_keys if key not in named]
 
 
-def variant_names(points: list[Point], point_keys: list[str]) -> list[str]:
-    """Each point's model as the figures name it (`variants`: "linear taylor"), in order."""
-    return [p.model for p in variants(points, point_keys)[0]]
-
-
 def figure_specs(
-    points: list[Point], point_keys: list[str], chosen: list[str] | None, experiment: str | None
+    frame: pd.DataFrame, point_keys: list[str], chosen: list[str] | None, experiment: str | None
 ) -> list[FigureSpec]:
     """The figures the preset declares (`harness.config.figure_specs`; a parameter the command
     swept beyond the declaration makes panels too), else the default rule's."""
     declared = declared_figures(experiment)
     if declared is not None:
         return [with_swept_panels(spec, point_keys, chosen or []) for spec in declared]
-    points, point_keys = variants(points, point_keys)
-    axes = ["task.seq_len", *task_axes(points, point_keys)]
+    frame, point_keys = variants(frame, point_keys)
+    axes = ["task.seq_len", *task_axes(frame, point_keys)]
 
     def together(key: str, x: str) -> bool:
-        return covaries(points, key, STATE_FLOATS if x == STATE else x)
+        return covaries(frame, key, STATE_FLOATS if x == STATE else x)
 
-    load_curves = any(p.capacity for p in points)
+    load_curves = any(bool(c) for c in frame["capacity"])
     return default_figures(axes, point_keys, chosen, together, load_curves)
 
 
@@ -147,7 +142,7 @@ def with_swept_panels(spec: FigureSpec, point_keys: list[str], chosen: list[str]
 
 
 def draw(
-    points: list[Point],
+    frame: pd.DataFrame,
     point_keys: list[str],
     rows: list[dict],
     specs: list[FigureSpec],
@@ -164,11 +159,11 @@ def draw(
     readout; the capacity figure (or the load curves' legend) gives the readout against
     the state."""
     threshold = default_threshold() if threshold is None else threshold
-    names = variant_names(points, point_keys)
-    frame = restart_frame(rows, points, point_keys, names)
-    runs = design_runs(frame, cells if cells is not None else pd.DataFrame())
+    runs = design_runs(
+        restart_frame(rows, frame, point_keys), cells if cells is not None else pd.DataFrame()
+    )
     capacity = {m: law for (m, e), law in (laws or {}).items() if e == CAPACITY}
-    named, named_keys = variants(points, point_keys)
+    named, named_keys = variants(frame, point_keys)
     subtitle = budget(rows)
     drawers = {
         "load_curve": lambda _: load_figure(named, named_keys, rows, threshold),
@@ -177,7 +172,7 @@ def draw(
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
         ACCURACY_FIGURE: lambda spec: accuracy_figure(
-            *variants(points, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
+            *variants(frame, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
         ),
     }
     # the capacity figure first: a name outside the registry gets its colour there first
@@ -227,6 +222,26 @@ def print_console(table: list[dict], lines: list[str], problems: list[dict]) -> 
         print(f"{problem['status']}: {problem['job']}: {problem['error']}")
 
 
+def read(
+    sweep: Path, threshold: float | None = None
+) -> tuple[list[dict], list[str], list[str], pd.DataFrame, float]:
+    """A sweep's jobs (`rows`, readouts read anew at `threshold`: `harness.report.reread`),
+    its parameter columns, the varied ones, and its points (`harness.report.frame.points`,
+    with each point's variant `name`, `linear elu`); the threshold used."""
+    frame = load_sweep(sweep)
+    if frame.empty:
+        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
+    rows = clean_rows(frame)
+    threshold = threshold_of(rows, threshold)
+    rows = reread(rows, threshold)
+    columns = parameter_columns(rows)
+    swept = varied(rows, columns)
+    point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
+    table = points(rows, point_keys)
+    table["name"] = list(variants(table, point_keys)[0]["model"]) if len(table) else []
+    return rows, columns, swept, table, threshold
+
+
 def report(
     sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
 ) -> list[dict]:
@@ -234,32 +249,22 @@ def report(
     Every load curve's readout is read anew at `threshold` (default: the sweep's
     `capacity.threshold`; `harness.report.reread`)."""
     sweep = Path(sweep)
-    frame = load_sweep(sweep)
-    if frame.empty:
-        raise SystemExit(f"error: no results.json or summary.jsonl records under {sweep}")
+    rows, columns, swept, frame, threshold = read(sweep, threshold)
     out = Path(out or sweep / "report")
     out.mkdir(parents=True, exist_ok=True)
     description = description_of(sweep)
-    rows = clean_rows(frame)
-    threshold = threshold_of(rows, threshold)
-    rows = reread(rows, threshold)
-    columns = parameter_columns(rows)
-    swept = varied(rows, columns)
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    points = aggregate(rows, point_keys)
     notes = opening_notes(rows, swept, rate_chosen(rows))
-    names = variant_names(points, point_keys)
-    cells, laws = cells_and_laws(rows, points, point_keys, names)
+    cells, laws = cells_and_laws(rows, frame, point_keys)
     chosen = description.get("swept")
-    specs = figure_specs(points, point_keys, chosen, description.get("experiment"))
-    drawn = draw(points, point_keys, rows, specs, laws, threshold, cells)
+    specs = figure_specs(frame, point_keys, chosen, description.get("experiment"))
+    drawn = draw(frame, point_keys, rows, specs, laws, threshold, cells)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
     notes.extend(law_notes(laws, cells, threshold))
-    lr_grid = "optim.lr" in swept
-    table = point_rows(points, point_keys, lr_grid, threshold, laws, names, cells)
+    table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
-    summary = verdicts(points, rows, threshold)
+    summary = verdicts(frame, rows, threshold)
     origin = provenance(sweep, description, rows)
     page = write_page(
         out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,

@@ -1,7 +1,7 @@
 """The report's tables: one row per point (sorted numerically), the frontier (accuracy and
 state per job), and the jobs that did not finish with their error."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -11,16 +11,15 @@ from harness.readouts.cell_law import CellLaw
 from harness.readouts.restarts import ESTIMANDS
 from harness.records.schema import OK
 from harness.report.capacity_law import CELL, capacity_shown, cell_key
-from harness.report.points import Point, sort_key, state_value
+from harness.report.frame import baselines, by_length, missing, sort_key, state_value
 
 
 def point_rows(
-    points: list[Point],
+    frame: pd.DataFrame,
     point_keys: list[str],
     lr_grid: bool,
     threshold: float,
     laws: Mapping[tuple[str, str], CellLaw] | None = None,
-    names: Sequence[str] | None = None,
     cells: pd.DataFrame | None = None,
 ) -> list[dict]:
     """One row per point: parameters, state (the mixer's floats per layer, the convolutions'
@@ -30,37 +29,37 @@ def point_rows(
     printing rounds). The readouts are per seed, at `threshold` (the column is named for it:
     `n90`, `n80`). With `cells` (`harness.report.capacity_law.cells_and_laws`) the point's
     cell gives `capacity_n90` (its best restart's readout), `learnability` and `restarts`;
-    with `laws` (keyed by (mixer, estimand), the mixers named as in `names`, aligned with
-    `points`, default each point's model) the columns `b n90 in R [90%]` on each estimand
-    give the mixer's exponents on each of its rows."""
-    law_of = dict(zip(map(id, points), names or [p.model for p in points], strict=True))
-    lengths = sorted({n for p in points for n in p.by_length if len(p.by_length) > 1})
-    baselines = sorted({name for p in points for name in p.baselines})
+    with `laws` (keyed by (mixer, estimand), the mixers named as the points' `name` column,
+    default each point's model) the columns `b n90 in R [90%]` on each estimand give the
+    mixer's exponents on each of its rows."""
+    points = [
+        {k: None if missing(v) else v for k, v in p.items()} for p in frame.to_dict("records")
+    ]
+    lengths = sorted({n for p in points for n in by_length(p) if len(by_length(p)) > 1})
+    names = sorted({name for p in points for name in baselines(p)})
+    capacity = any(p["capacity"] for p in points)
     rows = []
     for p in sorted(
-        points, key=lambda p: (p.task, p.model, *(sort_key(p.get(k)) for k in point_keys))
+        points, key=lambda p: (p["task"], p["model"], *(sort_key(p[k]) for k in point_keys))
     ):
-        row: dict[str, Any] = {"task": p.task, "model": p.model}
-        row.update({k: p.get(k) for k in point_keys})
-        row["state_floats_per_layer"] = p.state_floats
-        row["conv_floats_per_layer"] = p.conv_floats
-        row["test_acc"] = p.test_acc
-        row["std"] = p.test_acc_std
-        row["seeds"] = p.seeds
-        row["not_ok"] = p.not_ok
-        row["converged"] = {True: "yes", False: "no", None: ""}[p.converged]
+        row: dict[str, Any] = {"task": p["task"], "model": p["model"]}
+        row.update({k: p[k] for k in point_keys})
+        row["state_floats_per_layer"] = p["state_floats"]
+        row["conv_floats_per_layer"] = p["conv_floats"]
+        row.update({k: p[k] for k in ("test_acc", "std", "seeds", "not_ok")})
+        row["converged"] = {True: "yes", False: "no", None: ""}[p["converged"]]
         if lr_grid:
-            row["best_lr"] = p.lr
-        row.update({f"baseline.{b}": p.baselines.get(b) for b in baselines})
-        row.update({f"acc@T={n}": p.by_length.get(n) for n in lengths})
-        if any(q.capacity for q in points):
-            row.update(capacity_columns(p.capacity, threshold))
+            row["best_lr"] = p["lr"]
+        row.update({f"baseline.{b}": baselines(p).get(b) for b in names})
+        row.update({f"acc@T={n}": by_length(p).get(n) for n in lengths})
+        if capacity:
+            row.update(capacity_columns(p["capacity"], threshold))
+        mixer = p.get("name") or p["model"]
         if cells is not None and not cells.empty:
-            row.update(cell_columns(cells, law_of[id(p)], cell_key(p, point_keys)))
+            row.update(cell_columns(cells, mixer, cell_key(p, point_keys)))
         if laws:
-            row.update(law_columns(laws, law_of[id(p)], threshold))
-        row["status"] = p.status
-        row["note"] = p.note
+            row.update(law_columns(laws, mixer, threshold))
+        row.update(status=p["status"], note=p["note"])
         rows.append(row)
     return rows
 

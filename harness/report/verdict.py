@@ -5,6 +5,8 @@ not learn (docs/background.md, "Reading a load curve")."""
 
 from collections import Counter
 
+import pandas as pd
+
 from harness.readouts.capacity import (
     BELOW_JUDGING_LOAD,
     FLOOR_AT_JUDGING_LOAD,
@@ -18,8 +20,11 @@ from harness.readouts.capacity import (
 )
 from harness.readouts.convergence import MIN_DELTA, STILL_RISING, left_floor, under_floor
 from harness.records.schema import OK
-from harness.report.points import Point, sort_key
-from harness.report.style import describe, model_order
+from harness.report.frame import baselines, metrics, missing, sort_key
+from harness.report.look import describe, model_order
+
+Point = pd.Series
+"""A row of the points' DataFrame (`harness.report.frame.points`)."""
 
 
 def name(point: Point) -> str:
@@ -36,8 +41,8 @@ def below_floor(point: Point) -> str | None:
     console's margin (`harness.training.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
     (floor - chance))): at chance it has not learned which tokens answer; between, it is
     learning that; None when it answers as a binding-free strategy does."""
-    floor = max(point.baselines.values())
-    return under_floor(point.test_acc, point.baselines.get("chance"), floor, MIN_DELTA)
+    floor = max(baselines(point).values())
+    return under_floor(point.test_acc, baselines(point).get("chance"), floor, MIN_DELTA)
 
 
 def listed(points: list[Point], most: int = 8) -> str:
@@ -94,7 +99,7 @@ def cell_line(point: Point, threshold: float) -> str:
     verdict_text = ", ".join(
         ("" if one else f"{n} ") + f"{v} ({WHY.get(w, w)})" for (v, w), n in kinds.most_common()
     )
-    loads = accuracy_by_load(point.metrics, load_of(point.metrics) or "")
+    loads = accuracy_by_load(metrics(point), load_of(metrics(point)) or "")
     tips = advice(readouts, str(max(loads, default="the largest")))
     line = f"Cell {name(point)}, {seeds}: {level} {values}{',' if one else ';'} {verdict_text}."
     return line + (f" {tips[0].upper()}{tips[1:]}." if tips else "")
@@ -107,14 +112,15 @@ def converged_now(row: dict) -> bool:
     return training == "converged" if training is not None else bool(row["train.converged"])
 
 
-def verdicts(points: list[Point], rows: list[dict], threshold: float) -> list[str]:
+def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[str]:
     """One line per finding, most important first; the advice names the key to change; then
     one line per cell (`cell_line`)."""
     ok_rows = [r for r in rows if r.get("status") == OK]
     flags = [converged_now(r) for r in ok_rows if "train.converged" in r]
     lines = [f"{sum(flags)} of {len(flags)} finished runs converged." if flags else ""]
-    ok = [p for p in points if p.status == OK and p.test_acc is not None and p.baselines]
-    floor = [p for p in ok if at(p, max(p.baselines.values()))]
+    points = [p for _, p in frame.iterrows()]
+    ok = [p for p in points if p.status == OK and not missing(p.test_acc) and baselines(p)]
+    floor = [p for p in ok if at(p, max(baselines(p).values()))]
     chance = [p for p in floor if below_floor(p) == "chance"]
     between = [p for p in floor if below_floor(p) == "between"]
     floor = [p for p in floor if below_floor(p) is None]
@@ -135,7 +141,11 @@ def verdicts(points: list[Point], rows: list[dict], threshold: float) -> list[st
             "model sits at the floor for an unpredictable number of steps before it jumps: "
             "try another optim.lr or a larger trainer.max_steps before reading it as capacity."
         )
-    rising = [p for p in ok if p.converged is False and p not in chance + between + floor]
+    rising = [
+        p
+        for p in ok
+        if p.converged is False and p.name not in {q.name for q in chance + between + floor}
+    ]
     if rising:
         bounds = any(r.get("training") == STILL_RISING for p in rising for r in p.capacity)
         then = f"; their {level_name(threshold)} are lower bounds (>=)" if bounds else ""

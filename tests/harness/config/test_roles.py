@@ -14,7 +14,7 @@ from harness.config.settings import (
     declared,
     role_of,
 )
-from harness.report.points import varied
+from harness.report.frame import varied
 
 NOT_IDENTITY = [k for k, s in declared().items() if s.role != IDENTITY]
 

@@ -4,19 +4,17 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from harness.records.sweep import load_sweep, sweep_description
-from harness.report.points import AVERAGED, SELECTED, aggregate, clean_rows, parameter_columns
-from harness.report.points import varied as varied_columns
-from harness.report.sweep_report import draw, figure_specs
+from harness.records.sweep import sweep_description
+from harness.report.frame import AVERAGED, SELECTED
+from harness.report.sweep_report import draw, figure_specs, read
 
 
 def figures_of(sweep: Path) -> dict[str, Figure]:
     """The figures by file name (panels by its `sweep.json`'s swept keys when present, the
     figures its preset declares when it names one)."""
-    rows = clean_rows(load_sweep(sweep))
-    swept = varied_columns(rows, parameter_columns(rows))
+    rows, _, swept, points, _ = read(sweep)
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
-    points, description = aggregate(rows, point_keys), sweep_description(sweep)
+    description = sweep_description(sweep)
     chosen, experiment = description.get("swept"), description.get("experiment")
     figures = draw(points, point_keys, rows, figure_specs(points, point_keys, chosen, experiment))
     for figure in figures.values():

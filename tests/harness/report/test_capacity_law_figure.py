@@ -17,7 +17,7 @@ from harness.records.sweep import flat_row
 from harness.report.capacity_figure import capacity_figure, law_label, no_fit_note
 from harness.report.capacity_law import CELL, cells_and_laws, restart_frame
 from harness.report.capacity_runs import design_runs
-from harness.report.points import aggregate, clean_rows
+from harness.report.frame import clean_rows, points
 from harness.report.reread import reread
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record
@@ -53,10 +53,10 @@ def law_records() -> list[dict]:
 def read(records: list[dict], threshold: float = 0.9):
     """(runs drawn, rows, the capacity laws by mixer, every law, the restarts, the cells)."""
     rows = reread(clean_rows(pd.DataFrame([flat_row(r) for r in records])), threshold)
-    points = aggregate(rows, KEYS)
-    names = [p.model for p in points]
-    cells, laws = cells_and_laws(rows, points, KEYS, names)
-    frame = restart_frame(rows, points, KEYS, names)
+    table = points(rows, KEYS)
+    table["name"] = table["model"]
+    cells, laws = cells_and_laws(rows, table, KEYS)
+    frame = restart_frame(rows, table, KEYS)
     capacity = {m: law for (m, e), law in laws.items() if e == CAPACITY}
     return design_runs(frame, cells), rows, capacity, laws, restarts(frame, "mixer"), cells
 

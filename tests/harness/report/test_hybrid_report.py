@@ -7,7 +7,7 @@ import torch
 
 from harness.records.record import model_label, state_record
 from harness.records.sweep import flat_row, load_sweep, swept_values
-from harness.report.style import colour
+from harness.report.look import colour
 from harness.report.sweep_report import report
 from models.backbone import LanguageModel
 from models.stack import resolved_layers

@@ -1,10 +1,11 @@
 """The report's load-curve figure on hand-made points: a line per run, its readout in the
 legend, baselines that coincide drawn once."""
 
+import pandas as pd
+
 from harness.readouts.capacity import accuracy_by_load, baselines_by_load
 from harness.readouts.capacity import load_of as load_param
 from harness.report.load_curve import load_figure, readout_label
-from harness.report.points import Point
 
 LOADS = (2, 4, 8, 16, 32, 64)
 
@@ -31,8 +32,14 @@ def run(model: str, accs: dict[int, float], verdict: str, n90: float, seed: int 
     }
 
 
-def point(model: str, accs: dict[int, float]) -> Point:
-    return Point("assoc_recall", model, {}, status="ok", seeds=1, metrics=metrics(accs))
+def point(model: str, metrics: dict, params: dict | None = None, seeds: int = 1) -> pd.Series:
+    """A row of the points' DataFrame (`harness.report.frame.points`)."""
+    head = {"task": "assoc_recall", "model": model, "params": params or {}, "status": "ok"}
+    return pd.Series({**head, "seeds": seeds, "lr": None, "capacity": [], **metrics})
+
+
+def points(*rows: pd.Series) -> pd.DataFrame:
+    return pd.DataFrame(list(rows), dtype=object)
 
 
 SOFTMAX = dict.fromkeys(LOADS, 0.99)
@@ -51,7 +58,9 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
         run("softmax", SOFTMAX, "not_limited", 64),
         run("linear", LINEAR, "capacity_limited", 8.0),
     ]
-    fig = load_figure([point("softmax", SOFTMAX), point("linear", LINEAR)], [], rows, 0.9)
+    fig = load_figure(
+        points(point("softmax", metrics(SOFTMAX)), point("linear", metrics(LINEAR))), [], rows, 0.9
+    )
     assert fig is not None and len([ax for ax in fig.axes if ax.get_visible()]) == 1
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "softmax: n90 >=64 (not_limited)" in labels
@@ -74,8 +83,8 @@ def test_seeds_of_different_verdicts_each_carry_their_own_in_seed_order() -> Non
 
 
 def test_no_figure_without_load_curves() -> None:
-    plain = Point("assoc_recall", "softmax", {}, status="ok", metrics={"test/acc": 0.9})
-    assert load_figure([plain], [], [], 0.9) is None
+    plain = point("softmax", {"test/acc": 0.9})
+    assert load_figure(points(plain), [], [], 0.9) is None
 
 
 def curve_record(model: str, accs: dict[int, float], seed: int) -> dict:
@@ -116,7 +125,7 @@ def test_a_variants_seeds_are_its_own_runs() -> None:
         for seed in (0, 1)
     ]
     for name in ("elu", "taylor"):
-        variant = Point("assoc_recall", f"linear {name}", {"model.feature_map": name}, "ok")
+        variant = point(f"linear {name}", {}, {"model.feature_map": name})
         seeds = seeds_of(variant, rows, point_keys=[])
         assert [(r["model.feature_map"], r["seed"]) for r in seeds] == [(name, 0), (name, 1)]
 
@@ -157,7 +166,7 @@ def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay
     seeds.append({**low, "capacity.training": "still_rising"})
     curves = [accuracy_by_load(s, "num_kv_pairs") for s in seeds]
     mean = {n: float(np.mean([c[n] for c in curves])) for n in LOADS}
-    curve = Point("assoc_recall", "linear", {}, status="ok", seeds=4, metrics=metrics(mean))
+    curve = point("linear", metrics(mean), seeds=4)
     ax = Figure().subplots()
     draw_curve(ax, curve, seeds, "num_kv_pairs", 0, [], {})
     (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
@@ -171,7 +180,7 @@ def test_beyond_three_seeds_a_band_shows_their_spread_and_unconverged_seeds_stay
 def test_a_long_subtitle_is_wrapped_so_the_panel_keeps_the_width() -> None:
     mixture = "(num_kv_pairs, seq_len) = " + ", ".join(f"({k}, {4 * k}) x1" for k in LOADS)
     rows = [{**run("linear", LINEAR, "capacity_limited", 8.0), "task.mixture": mixture}]
-    fig = load_figure([point("linear", LINEAR)], [], rows, 0.9)
+    fig = load_figure(points(point("linear", metrics(LINEAR))), [], rows, 0.9)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     assert fig._suptitle.get_window_extent(renderer).width <= fig.bbox.width

@@ -2,7 +2,7 @@
 derived from each cell's rank bound are not parameters of their own (`points.varied`), and the
 run's `capacity.*` settings survive the re-read beside its readouts."""
 
-from harness.report.points import varied
+from harness.report.frame import varied
 from harness.report.reread import reread
 
 

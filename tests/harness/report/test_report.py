@@ -11,7 +11,7 @@ import pytest
 from matplotlib.lines import Line2D
 
 from harness.records.sweep import load_sweep
-from harness.report.style import KNOWN_MODELS, MARKERS, STYLED, colour, marker
+from harness.report.look import KNOWN_MODELS, MARKERS, colour, marker
 from harness.report.sweep_report import report
 from models import MIXERS
 from tests.harness.report.drawn import figures_of
@@ -68,18 +68,25 @@ def test_state_frontier_collision_one_line_per_model(tmp_path: Path) -> None:
 def test_the_report_knows_every_registered_mixer_softmax_first() -> None:
     assert sorted(KNOWN_MODELS) == MIXERS.names() and KNOWN_MODELS[0] == "softmax"
     assert len({str(colour(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
-    # matplotlib has 15 markers with a face (each must be able to be drawn hollow): the first
-    # 15 mixers styled each have their own, and no two mixers share both colour and marker
-    assert set(MARKERS) <= set(Line2D.filled_markers) and len(set(MARKERS)) == 15
-    assert len({marker(m) for m in STYLED[:15]}) == 15
-    assert len({(str(colour(m)), marker(m)) for m in KNOWN_MODELS}) == len(KNOWN_MODELS)
-    # the capacity figure's censored readouts are arrows with triangle heads
-    triangled = {m for m in KNOWN_MODELS if marker(m) in "^>v<"}
-    assert triangled == {"identity", "rff", "rwkv", "sliding_window"}
+    # every marker has a face (it can be drawn hollow), consecutive mixers differ in it, and
+    # none is a triangle: the capacity figure's censored readouts are arrows with triangle heads
+    assert set(MARKERS) <= set(Line2D.filled_markers) and len(set(MARKERS)) == len(MARKERS)
+    assert len({marker(m) for m in KNOWN_MODELS[: len(MARKERS)]}) == len(MARKERS)
+    assert not [m for m in KNOWN_MODELS if marker(m) in "^>v<"]
     hybrids = ["gdn+gdn", "gla+gla", "gla+softmax", "linear elu", "mamba2+swa"]
     assert not [name for name in hybrids if marker(name) in "^>v<"]
     variants = ["linear elu", "linear taylor", "linear favor", "deltanet+swa"]
     assert len({marker(name) for name in variants}) == len(variants)  # distinct in one figure
+
+
+def test_a_mixer_registered_later_gets_a_colour_of_its_own(monkeypatch) -> None:
+    """Colours come from the registry's order: an 18th mixer needs no table edited."""
+    from harness.report import look
+
+    later = (*look.KNOWN_MODELS, "zz_new_mixer")
+    monkeypatch.setattr(look, "KNOWN_MODELS", later)
+    assert len({str(look.colour(m)) for m in later}) == len(later)
+    assert look.model_order("zz_new_mixer") == (len(later) - 1, "zz_new_mixer")
 
 
 def test_needle_grid_with_a_diverged_model(tmp_path: Path) -> None:
@@ -269,7 +276,7 @@ def test_not_converged_points_are_hollow_and_said_in_the_table(tmp_path: Path) -
 
 
 def test_chance_is_computed_for_records_without_baselines(tmp_path: Path, monkeypatch) -> None:
-    from harness.report.points import task_chance
+    from harness.report.frame import task_chance
     from tasks.assoc_recall import AssocRecall
 
     task_chance.cache_clear()

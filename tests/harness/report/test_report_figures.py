@@ -10,8 +10,8 @@ import matplotlib.pyplot as plt
 import pytest
 
 from harness.report.figures import MARKED, marker_indices
+from harness.report.look import HOLLOW, KNOWN_MODELS, marker
 from harness.report.slices import CELL_FONT
-from harness.report.style import HOLLOW, KNOWN_MODELS, marker
 from tests.harness.report.drawn import figures_of
 from tests.harness.synthetic import GAP_SWEPT, needle_grid, record, retrieval_gap, write_sweep
 
@@ -324,7 +324,7 @@ def test_the_learning_rate_in_a_subtitle_says_whether_it_was_chosen() -> None:
 
 
 def test_a_parameter_a_model_does_not_have_is_not_named() -> None:
-    from harness.report.style import describe
+    from harness.report.look import describe
 
     assert describe({"model.feature_dim": None, "task.num_kv_pairs": 8}) == "kv pairs=8"
 
@@ -332,7 +332,7 @@ def test_a_parameter_a_model_does_not_have_is_not_named() -> None:
 def test_no_model_is_drawn_in_the_baselines_grey() -> None:
     from matplotlib.colors import to_rgb
 
-    from harness.report.style import KNOWN_MODELS, colour
+    from harness.report.look import KNOWN_MODELS, colour
 
     for model in KNOWN_MODELS:
         red, green, blue = to_rgb(colour(model))

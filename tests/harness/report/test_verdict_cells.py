@@ -4,7 +4,7 @@ their errors and verdicts, and what to change; a run still rising reads as a low
 import pandas as pd
 
 from harness.records.sweep import flat_row
-from harness.report.points import aggregate, clean_rows
+from harness.report.frame import clean_rows, points
 from harness.report.reread import reread
 from harness.report.verdict import verdicts
 from tests.harness.report.load_curves import accuracies, curve_record
@@ -14,8 +14,7 @@ KEYS = ["backbone.d_model", "seed"]
 
 def lines_of(records: list[dict], threshold: float = 0.9) -> list[str]:
     rows = reread(clean_rows(pd.DataFrame([flat_row(r) for r in records])), threshold)
-    points = aggregate(rows, [k for k in KEYS if k != "seed"])
-    return verdicts(points, rows, threshold)
+    return verdicts(points(rows, [k for k in KEYS if k != "seed"]), rows, threshold)
 
 
 def test_one_line_per_cell_with_every_seed() -> None:

@@ -10,7 +10,8 @@ valid name) and exit 2 (`harness.records.failures`):
            model.feature_dim?)
     error: model=softmx is refused: softmx is not an option of model (did you mean model=softmax?)
 
-`+key` adds only what the harness reads: a config group, a Lightning argument under `trainer.`
+A value out of its declared range (`threads=-1`) is refused there too. `+key` adds only what
+the harness reads: a config group, a Lightning argument under `trainer.`
 or a key of Hydra's. What Hydra cannot parse is left to Hydra's message, and `HYDRA_FULL_ERROR=1`
 skips this check (Hydra's full error instead)."""
 
@@ -30,7 +31,8 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.compose import CONF_DIR
 from harness.config.framework_internals import apply_overrides, hydra_args_parser
 from harness.config.group_nodes import SOURCES, group_nodes, group_options
-from harness.config.refusal import BadInput, full_error, refused
+from harness.config.refusal import BadInput, as_bad_input, full_error, refused
+from harness.config.settings import check_settings
 
 HYDRA_GROUPS = {"hydra", "hydra/launcher", "hydra/sweeper", "hydra/job_logging", "hydra/help"}
 """Hydra's own groups (their options include Hydra's plugins): passed as they are."""
@@ -177,15 +179,19 @@ def keys_of(node: Any, prefix: str = "") -> set[str]:
 
 
 def try_override(override: Override, cfg: DictConfig, known: set[str]) -> None:
-    """Apply a key override to a copy of `cfg` as Hydra would; its error as one `BadInput`
-    line, with the nearest key where the key is unknown."""
+    """Apply a key override to a copy of `cfg` as Hydra would and hold the result to the
+    declared ranges (`check_settings`); Hydra's error as one `BadInput` line, with the nearest
+    key where the key is unknown."""
+    job = copy.deepcopy(cfg)
     try:
-        apply_overrides([override], copy.deepcopy(cfg))
+        apply_overrides([override], job)
     except HydraException as error:
         key, cause = override.key_or_group, error.__cause__ or error
         hint = "" if key in known else f" {did_you_mean(key, known)}"
         message = str(cause).strip().splitlines()[0]
         raise BadInput(f"{override.input_line} is refused: {message}{hint}") from error
+    with as_bad_input():
+        check_settings(job)
 
 
 def check_overrides(overrides: list[str]) -> None:

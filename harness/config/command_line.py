@@ -93,17 +93,12 @@ def did_you_mean(key: str, known: set[str]) -> str:
         for option, node in sorted(group_nodes(group).items()):
             for name in node:
                 others.setdefault(f"{group}.{name}", []).append(option)
-    close = nearest(key, known) or nearest(key, others) or (key if key in others else None)
-    if close is None:
-        return "(`python run.py --cfg job` lists every key)"
-    having = (
-        f"a key of {close.split('.', 1)[0]}={', '.join(others[close])}"
-        if close in others and close not in known
-        else ""
-    )
+    close = nearest(key, known) or nearest(key, others) or key
+    having = None if close in known else others.get(close)
+    where = f"a key of {close.split('.', 1)[0]}={', '.join(having)}" if having else ""
     if close == key:
-        return f"({having})"
-    return f"(did you mean {close}?{' ' + having if having else ''})"
+        return f"({where or '`python run.py --cfg job` lists every key'})"
+    return f"(did you mean {close}?{' ' + where if where else ''})"
 
 
 def lightning_arguments() -> set[str]:
@@ -224,12 +219,9 @@ def check_overrides(overrides: list[str]) -> None:
 def check_command_line(argv: list[str]) -> None:
     """Exit 2 with one line (`error: ...`) at the first mistake of `argv` (`sys.argv[1:]`);
     nothing with `HYDRA_FULL_ERROR=1`, which shows Hydra's full error."""
-    if full_error():
-        return
-    overrides = overrides_in(argv)
-    if not overrides:
-        return
+    overrides = None if full_error() else overrides_in(argv)
     try:
-        check_overrides(overrides)
+        if overrides:
+            check_overrides(overrides)
     except BadInput as error:
         sys.exit(refused(error))

@@ -42,7 +42,8 @@ def run_config(
     - `output_dir`: where the run writes (default `outputs/<date>/<time>`).
 
     Bad input raises `harness.config.refusal.BadInput` (a `ValueError`) before training; an unknown
-    key raises Hydra's composition error. A run that diverges returns `status: diverged`.
+    key or a value of the wrong type raises Hydra's composition error. A run that diverges
+    returns `status: diverged`.
     """
     args = [f"task={task}"] if task else []
     args += [f"model={model}"] if model else []

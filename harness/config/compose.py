@@ -1,6 +1,7 @@
 """A run's config composed in-process exactly as `python run.py` composes it: `conf/` with
 Hydra's compose API, the `model` and `task` options read from their constructors
-(`harness.config.group_nodes`) and the resolvers the presets use (both registered when this
+(`harness.config.group_nodes`), the schema of the run-level settings
+(`harness.config.settings`) and the resolvers the presets use (both registered when this
 module is imported; `run.py`, the Python API and the tests all import it)."""
 
 import re
@@ -11,6 +12,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+import harness.config.settings  # noqa: F401  (stores the schema)
 from harness.config.group_nodes import CONF_DIR, store_group_nodes
 
 

@@ -41,17 +41,6 @@ def registered_name(node: ast.ClassDef) -> str | None:
     return None
 
 
-def own_init(node: ast.ClassDef) -> ast.FunctionDef | None:
-    """The class's own `__init__`, or None."""
-    inits = (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    return next(inits, None)
-
-
-def base_names(node: ast.ClassDef) -> list[str]:
-    """The names of the class's bases (`RetNet`, `base.Mixer` -> `Mixer`)."""
-    return [b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in node.bases]
-
-
 def inherited_init(
     node: ast.ClassDef, path: Path, classes: dict[str, ast.ClassDef]
 ) -> ast.FunctionDef:
@@ -60,11 +49,15 @@ def inherited_init(
     queue, seen = [node], set()
     while queue:
         current = queue.pop(0)
-        init = own_init(current)
+        inits = (n for n in current.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        init = next(inits, None)
         if init is not None:
             return init
         seen.add(current.name)
-        queue += [classes[b] for b in base_names(current) if b in classes and b not in seen]
+        bases = [
+            b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "") for b in current.bases
+        ]
+        queue += [classes[b] for b in bases if b in classes and b not in seen]
     raise TypeError(f"{path.name}: {node.name} has no __init__, nor a base in its folder with one")
 
 

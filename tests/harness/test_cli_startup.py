@@ -1,9 +1,10 @@
 """The command line answers before the heavy imports: `python run.py --help`, a mistyped option
 (`model=nosuch`), a mistyped key and a bad value (`threads=two`) are answered without importing
 torch or Lightning, and so are `python -m harness.report --help`, a precision Lightning does
-not take (its list read from its source) and, where torch is a CPU build, a GPU asked for
-(`trainer=gpu`, `trainer=ddp`). Each command runs in a
-fresh interpreter with `-X importtime`, whose log names every module the process imported."""
+not take (its list declared in `harness.config.settings`, held to Lightning's by a test) and,
+where torch is a CPU build, a GPU asked for (`trainer=gpu`, `trainer=ddp`). Each command runs
+in a fresh interpreter with `-X importtime`, whose log names every module the process
+imported."""
 
 import re
 import subprocess

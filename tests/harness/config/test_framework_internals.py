@@ -1,19 +1,20 @@
 """The private framework APIs behind `harness.config.framework_internals` are where it expects
-them: an upgrade of Hydra or Lightning that moves one fails here, by name."""
+them: an upgrade of Hydra that moves one fails here, by name."""
 
 import builtins
 import importlib
-import importlib.machinery
-import typing
 
 import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
 
 from harness.config import framework_internals
 from harness.config.framework_internals import (
     PRIVATE_APIS,
     FrameworkMoved,
+    apply_overrides,
     hydra_args_parser,
-    lightning_precisions,
 )
 
 
@@ -28,36 +29,26 @@ def test_hydra_parser_reads_a_command_line() -> None:
     assert args.multirun and list(args.overrides) == ["model=favor", "seed=1,2"] and not unknown
 
 
-def test_lightning_precisions_hold_the_usual_values() -> None:
-    precisions = lightning_precisions()
-    assert {"32-true", "bf16-mixed", "16-mixed", "64-true", 32, 64} <= set(precisions)
-
-
-def test_lightning_precisions_read_from_source_are_those_lightning_imports() -> None:
-    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
-
-    imported = tuple(
-        v for group in typing.get_args(_PRECISION_INPUT) for v in typing.get_args(group)
-    )
-    assert lightning_precisions() == imported
+def test_overrides_are_applied_as_hydra_applies_them() -> None:
+    cfg = OmegaConf.create({"optim": {"lr": 0.1}})
+    OmegaConf.set_struct(cfg, True)
+    parse = OverridesParser.create().parse_override
+    apply_overrides([parse("optim.lr=0.5"), parse("+optim.wd=1")], cfg)
+    assert cfg.optim == {"lr": 0.5, "wd": 1}
+    with pytest.raises(ConfigCompositionException, match="Could not override 'optim.lrr'"):
+        apply_overrides([parse("optim.lrr=1")], cfg)
 
 
 def test_a_moved_api_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     real_import = builtins.__import__
 
     def without_hydra_internal(name, *args, **kwargs):
-        if name == "hydra._internal.utils":
-            raise ImportError("No module named 'hydra._internal.utils'")
+        if name.startswith("hydra._internal"):
+            raise ImportError(f"No module named '{name}'")
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_hydra_internal)
     with pytest.raises(FrameworkMoved, match=r"hydra\._internal\.utils\.get_args_parser"):
         framework_internals.hydra_args_parser()
-
-
-def test_a_moved_precision_list_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    (tmp_path / "__init__.py").write_text("")
-    spec = importlib.machinery.ModuleSpec("lightning", None, origin=str(tmp_path / "__init__.py"))
-    monkeypatch.setattr(framework_internals.importlib.util, "find_spec", lambda name: spec)
-    with pytest.raises(FrameworkMoved, match=r"precision\._PRECISION_INPUT"):
-        framework_internals.lightning_precisions()
+    with pytest.raises(FrameworkMoved, match=r"config_loader_impl\.ConfigLoaderImpl"):
+        framework_internals.apply_overrides([], OmegaConf.create())

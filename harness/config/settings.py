@@ -113,16 +113,13 @@ class Capacity:
 @dataclass(frozen=True)
 class Data:
     """Examples per split and per optimiser step (the global batch under data parallelism),
-    the data seed and the dataset cache (`harness.training.data_module`)."""
+    and the data seed (`harness.training.data_module`)."""
 
     num_train: int = setting(100000, low=1)
     num_val: int = setting(1000, low=1)
     num_test: int = setting(2000, low=1)
     batch_size: int = setting(64, low=1)
     seed: int = setting("${seed}", low=0)
-    cache_dir: str = setting(
-        "${oc.env:RECALL_HARNESS_CACHE,${oc.env:HOME,.}/.cache/recall-harness}", role=PLUMBING
-    )
 
 
 @dataclass(frozen=True)

@@ -131,10 +131,8 @@ def resumable(path: Path) -> Resumption:
 
 def saved_step(path: Path) -> int | None:
     """The optimiser step the checkpoint at `path` holds, None when there is none to read."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-    except Exception:  # noqa: BLE001 - missing or unreadable: nothing to resume from
-        return None
+    saved = resumable(path)
+    return saved.step if saved.path is not None else None
 
 
 def discard(path: Path) -> None:

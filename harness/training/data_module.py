@@ -12,7 +12,7 @@ than training (`test_overrides`: e.g. a wider range of loads). The samplers, and
 split batches under data parallelism, are `harness.training.samplers`.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -179,26 +179,18 @@ class TaskDataModule(L.LightningDataModule):
         """The longest sequence of any split, test sets included."""
         return max(self.max_train_seq_len, *self.test_seq_lens)
 
-    def _load(self, split: str, parts: Iterable[tuple[Task, int, int | None]]) -> MixtureDataset:
-        """The components (task, number of examples, key in `split_seed`) of `split`."""
-        return MixtureDataset(
-            [task.generate(num, split_seed(self.seed, split, key)) for task, num, key in parts]
-        )
-
-    def _load_fit(self, split: str) -> MixtureDataset:
+    def _generate(self, split: str) -> MixtureDataset:
         """The train or val split: one component per task of `train_tasks`."""
         parts = zip(self.train_tasks, self.counts[split], self.components, strict=True)
-        return self._load(split, parts)
-
-    def _load_test(self, task: Task) -> MixtureDataset:
-        """The test set of `task` (one component)."""
-        return self._load("test", [(task, self.sizes["test"], None)])
+        seed = self.seed
+        return MixtureDataset([t.generate(n, split_seed(seed, split, k)) for t, n, k in parts])
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", None) and not self.splits:
-            self.splits = {split: self._load_fit(split) for split in ("train", "val")}
+            self.splits = {split: self._generate(split) for split in ("train", "val")}
         if stage in ("test", None) and not self.test_sets:
-            self.test_sets = [self._load_test(task) for task in self.test_tasks]
+            seed, size = split_seed(self.seed, "test"), self.sizes["test"]
+            self.test_sets = [MixtureDataset([t.generate(size, seed)]) for t in self.test_tasks]
 
     def val_baselines(self) -> dict[str, float]:
         """`Task.baselines` of the validation split, pooled over its components weighted by

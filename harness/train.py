@@ -32,7 +32,7 @@ from harness.records.record import config_of, new_record, state_record, write_re
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
 from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
-from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
+from harness.records.wandb_run import finish_wandb, run_name, sweep_group, wandb_logger
 from harness.training.build import BuiltRun, build, resolved_model_params
 from harness.training.checkpoint import (
     Resumption,
@@ -173,18 +173,17 @@ def start_logger(cfg: DictConfig, job: Job, record: dict, run_id: str) -> Logger
     swept = sweep_description(job.sweep).get("swept")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.update(preset=preset, num_params=record["num_params"], state=record["state"])
-    return start_wandb(
+    tags = [f"preset:{preset}"] if preset else []
+    return wandb_logger(
         cfg.logger,
         job.run_dir,
         run_id,
         name=run_name(record, swept, job_number()),
         group=sweep_group(job.sweep, preset),
-        tags=[
-            f"preset:{preset}" if preset else "",
-            f"task:{cfg.task.name}",
-            f"model:{cfg.model.name}",
-        ],
+        tags=[*tags, f"task:{cfg.task.name}", f"model:{cfg.model.name}"],
+        job_type="train",
         config=resolved,
+        reinit="finish_previous",
     )
 
 

@@ -108,15 +108,21 @@ class StepLogger(WandbLogger):
         self.experiment.log({**metrics, STEP: step}, step=step)  # the logger has no prefix
 
 
-def wandb_logger(logger_cfg: DictConfig | dict, run_dir: Path, run_id: str, **init: Any):
+def wandb_logger(
+    logger_cfg: DictConfig | dict, run_dir: Path, run_id: str, **init: Any
+) -> WandbLogger | None:
     """Lightning's `WandbLogger` (`StepLogger`) of the W&B run `run_id` in `run_dir/wandb`
     (continued when it exists: `resume="allow"`, Lightning's), in the configured mode,
     started now: `mode=online` that cannot reach the server within `init_timeout` seconds
     warns once and continues offline (`wandb sync` uploads it later). Lightning charts every
-    metric against `trainer/global_step`; `init` goes to `wandb.init` (name, group, ...)."""
+    metric against `trainer/global_step`; `init` goes to `wandb.init` (name, group, tags,
+    ...). None with `logger=none` or `mode=disabled`."""
+    if logger_cfg.get("name") == "none" or logger_cfg.get("mode") == "disabled":
+        return None
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ["WANDB_DIR"] = str(run_dir)
     wandb.setup()  # silent from here: before the settings Lightning passes are checked
     mode = logger_cfg.get("mode", "offline")
     timeout = float(logger_cfg.get("init_timeout", 15))
@@ -141,33 +147,6 @@ def wandb_logger(logger_cfg: DictConfig | dict, run_dir: Path, run_id: str, **in
             raise
         log.warning("W&B %s mode failed (%s); logging offline instead", mode, error)
         return started("offline")
-
-
-def start_wandb(
-    logger_cfg: DictConfig,
-    run_dir: Path,
-    run_id: str,
-    name: str,
-    group: str | None,
-    tags: list[str],
-    config: dict,
-) -> WandbLogger | None:
-    """A run's logger (`wandb_logger`), or None when `logger=none` or W&B is disabled."""
-    if logger_cfg.get("name", "none") == "none" or logger_cfg.get("mode") == "disabled":
-        return None
-    os.environ["WANDB_DIR"] = str(run_dir)
-    tags = [t for t in tags if t]
-    return wandb_logger(
-        logger_cfg,
-        run_dir,
-        run_id,
-        name=name,
-        group=group,
-        tags=tags,
-        job_type="train",
-        config=config,
-        reinit="finish_previous",
-    )
 
 
 def run_facts(record: dict) -> dict:
@@ -244,7 +223,7 @@ def log_report(
     `report-<hash of the sweep folder>` in the sweep's group; returns its local folder."""
     import wandb
 
-    logger_cfg = {**(description.get("logger") or {}), "mode": mode}
+    logger_cfg = {**(description.get("logger") or {}), "name": "wandb", "mode": mode}
     if not logger_cfg.get("project"):
         logger_cfg["project"] = "recall-harness"
     run_id = report_run_id(sweep)

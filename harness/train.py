@@ -226,8 +226,9 @@ def make_trainer(
 
 
 def early_stop(threshold: float | None) -> list[EarlyStopping]:
-    """Lightning's `EarlyStopping` once `val/acc` passes `threshold` (none for None): only
-    the threshold stops (patience never runs out, a NaN accuracy does not stop)."""
+    """Lightning's `EarlyStopping` once `val/acc` is above `threshold` (Lightning compares
+    strictly; none for None): only the threshold stops (patience never runs out, a NaN
+    accuracy does not stop)."""
     if threshold is None:
         return []
     return [

@@ -5,8 +5,8 @@
 The run must have been trained with `checkpoint.keep=true` (its folder holds `model.pt` beside
 `results.json`). The run's own config, with the overrides applied, builds the task, the test
 sets and the model; the kept weights replace the model's. Only the test side may change:
-`task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `data.cache_dir`,
-`threads` and `trainer.precision`; the test runs as one process on this machine's best
+`task.*` (not `task.name`), `data.num_test`, `data.batch_size`, `data.seed`, `threads` and
+`trainer.precision`; the test runs as one process on this machine's best
 accelerator, whatever devices the run trained on. Without overrides the run's own test set
 is rebuilt and its test metrics are reproduced exactly. A load curve on kept weights:
 `task.test={num_kv_pairs:[1,128],load_dist:log2}` (README, "Load curves"): the record then
@@ -46,7 +46,6 @@ CHANGEABLE = (
     "data.num_test",
     "data.batch_size",
     "data.seed",
-    "data.cache_dir",
     "threads",
     "trainer.precision",
 )

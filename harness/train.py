@@ -9,6 +9,8 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
@@ -30,22 +32,22 @@ from harness.records.record import config_of, new_record, state_record, write_re
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
 from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
-from harness.records.wandb_run import finish_wandb, run_name, start_wandb, sweep_group
+from harness.records.wandb_run import finish_wandb, run_name, sweep_group, wandb_logger
 from harness.training.build import BuiltRun, build, resolved_model_params
 from harness.training.checkpoint import (
     Resumption,
-    SaveLast,
     Segments,
     checkpoint_path,
     discard,
     keep_weights,
     resumable,
+    save_last,
     saved_step,
 )
 from harness.training.console import interrupted, job_line, quiet, show_progress_bar
-from harness.training.convergence_stop import ConvergenceStop
 from harness.training.progress import ProgressLines
 from harness.training.threads import CoreWatch, ThreadChoice, ThreadShare, choose_threads
+from harness.training.validation_curve import ValidationCurve
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +173,17 @@ def start_logger(cfg: DictConfig, job: Job, record: dict, run_id: str) -> Logger
     swept = sweep_description(job.sweep).get("swept")
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved.update(preset=preset, num_params=record["num_params"], state=record["state"])
-    return start_wandb(
+    tags = [f"preset:{preset}"] if preset else []
+    return wandb_logger(
         cfg.logger,
         job.run_dir,
         run_id,
         name=run_name(record, swept, job_number()),
         group=sweep_group(job.sweep, preset),
-        tags=[
-            f"preset:{preset}" if preset else "",
-            f"task:{cfg.task.name}",
-            f"model:{cfg.model.name}",
-        ],
+        tags=[*tags, f"task:{cfg.task.name}", f"model:{cfg.model.name}"],
+        job_type="train",
         config=resolved,
+        reinit="finish_previous",
     )
 
 
@@ -194,10 +195,16 @@ def make_trainer(
     run_id: str,
     share: ThreadShare | None = None,
 ) -> L.Trainer:
-    """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), early
-    stopping at `early_stop_acc` (a `plateau` judges convergence only), kill-safe
-    checkpoints that carry the run's segments and W&B id (`run_id`), and the thread count
-    re-judged while it trains (`share`, None: fixed by `threads=N`)."""
+    """Lightning's Trainer with gradient clipping at `optim.grad_clip` (global L2 norm), the
+    validation curve (`ValidationCurve`; a `plateau` judges convergence only), Lightning's
+    `EarlyStopping` at `early_stop_acc` (`early_stop`), kill-safe checkpoints
+    (`save_last`) that carry the run's segments and W&B id (`run_id`), and the thread
+    count re-judged while it trains (`share`, None: fixed by `threads=N`). Each validation
+    the callbacks act in this order: the curve, the early stop, the segments, the progress
+    line, then the checkpoint (Lightning runs checkpoint callbacks last)."""
+    curve = ValidationCurve(
+        cfg.early_stop_acc, cfg.plateau.min_delta, floor, num_examples=cfg.data.num_val
+    )
     return L.Trainer(
         **{
             **cfg.trainer,
@@ -207,20 +214,32 @@ def make_trainer(
         gradient_clip_algorithm="norm",
         logger=logger if logger is not None else False,
         default_root_dir=job.run_dir,
-        enable_checkpointing=False,
         callbacks=[
-            ConvergenceStop(
-                cfg.early_stop_acc,
-                cfg.plateau.min_delta,
-                floor,
-                num_examples=cfg.data.num_val,
-            ),
+            curve,
+            *early_stop(cfg.early_stop_acc),
             Segments(run_id),
-            SaveLast(job.checkpoint),  # after the two above: what it saves is up to date
             ProgressLines(cfg.trainer.enable_progress_bar),  # off a terminal
+            save_last(job.checkpoint),
             *([share] if share is not None else []),
         ],
     )
+
+
+def early_stop(threshold: float | None) -> list[EarlyStopping]:
+    """Lightning's `EarlyStopping` once `val/acc` is above `threshold` (Lightning compares
+    strictly; none for None): only the threshold stops (patience never runs out, a NaN
+    accuracy does not stop)."""
+    if threshold is None:
+        return []
+    return [
+        EarlyStopping(
+            monitor="val/acc",
+            mode="max",
+            stopping_threshold=threshold,
+            patience=sys.maxsize,
+            check_finite=False,
+        )
+    ]
 
 
 def fit(
@@ -233,7 +252,7 @@ def fit(
     validation metrics are written even when training raises. Wall time and tokens/s cover
     every segment: wall_s = sum of the segments' wall_s, tokens_per_s = tokens of all their
     steps / wall_s."""
-    watch = next(c for c in trainer.callbacks if isinstance(c, ConvergenceStop))
+    watch = next(c for c in trainer.callbacks if isinstance(c, ValidationCurve))
     clock = next(c for c in trainer.callbacks if isinstance(c, Segments))
     finished = False
     try:
@@ -247,7 +266,6 @@ def fit(
         wall = sum(s["wall_s"] for s in segments)
         trained = sum(s["to_step"] - s["from_step"] for s in segments)
         tokens = trained * cfg.data.batch_size * mean_train_length(parts)
-        stopped_by = watch.stopped or ("max_steps" if steps >= cfg.trainer.max_steps else None)
         record["train"] = {
             "steps": steps,
             "epochs": round(steps * cfg.data.batch_size / cfg.data.num_train, 3),
@@ -259,10 +277,19 @@ def fit(
             "converged": finished and watch.verdict(),
             "floor": round(watch.floor, 6),
             "val_standard_error": val_standard_error(watch.curve, cfg.data.num_val),
-            "stopped_by": stopped_by if finished else None,
+            "stopped_by": stopped_by(trainer) if finished else None,
             DIVERGED_AT_STEP: None,
         }
         record["metrics"].update(parts.module.val_results)
+
+
+def stopped_by(trainer: L.Trainer) -> str | None:
+    """What ended training: `early_stop_acc` (Lightning's `EarlyStopping` at its threshold),
+    `max_steps` (the budget), or None."""
+    stop = trainer.early_stopping_callback
+    if stop is not None and stop.stopping_reason == EarlyStoppingReason.STOPPING_THRESHOLD:
+        return "early_stop_acc"
+    return "max_steps" if trainer.global_step >= trainer.max_steps else None
 
 
 def test(trainer: L.Trainer, parts: BuiltRun, record: dict, cfg: DictConfig) -> None:

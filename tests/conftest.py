@@ -59,7 +59,6 @@ def make_cfg(tmp_path: Path):
     def make(overrides: list[str]) -> DictConfig:
         cfg = compose_config(overrides, output_dir=tmp_path / "run")
         with open_dict(cfg):
-            cfg.data.cache_dir = str(tmp_path / "cache")
             cfg.checkpoint.dir = str(tmp_path / "checkpoints")
         return cfg
 
@@ -93,7 +92,7 @@ def torch_threads_are_restored():
 
 
 def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python run.py *args` in `cwd`, datasets cached under `cwd/cache`."""
+    """`python run.py *args` in `cwd`."""
     return subprocess.run(
         cli_command(*args), cwd=cwd, env=cli_env(cwd), capture_output=True, text=True, timeout=900
     )
@@ -124,4 +123,4 @@ def cli_command(*args: str) -> list[str]:
 
 
 def cli_env(cwd: Path) -> dict[str, str]:
-    return {**os.environ, "RECALL_HARNESS_CACHE": str(cwd / "cache")}
+    return dict(os.environ)

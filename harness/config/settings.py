@@ -120,17 +120,14 @@ class Capacity:
 
 @dataclass
 class Data:
-    """Examples per split and per optimiser step (the global batch under data parallelism),
-    the data seed and the dataset cache (`harness.training.data_module`)."""
+    """Examples per split and per optimiser step (the global batch under data parallelism)
+    and the data seed (`harness.training.data_module`)."""
 
     num_train: int = setting(100000, at_least(1))
     num_val: int = setting(1000, at_least(1))
     num_test: int = setting(2000, at_least(1))
     batch_size: int = setting(64, at_least(1))
     seed: int = setting("${seed}", at_least(0))
-    cache_dir: str = setting(
-        "${oc.env:RECALL_HARNESS_CACHE,${oc.env:HOME,.}/.cache/recall-harness}", role=PLUMBING
-    )
 
 
 @dataclass

@@ -10,34 +10,26 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.hashing import params_of
 from harness.config.hydra_job import group_choices
 from harness.records.files import jsonable, write_atomic
-from harness.records.schema import FAILED, RECORD, SCHEMA_VERSION
+from harness.records.record_model import Record
+from harness.records.schema import RECORD
 from models.stack import HYBRID, hybrid_label
 
 
 def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
-    """The record of a run that has not finished yet: status `failed` until it does."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "status": FAILED,
-        "task": cfg.task.name,
-        "model": cfg.model.name,
-        "task_params": params_of(cfg.task),
-        "model_params": params_of(cfg.model),
-        "seq_len": integer(cfg.task.get("seq_len")),  # a refused value stays in `config`
-        "seed": integer(cfg.seed),
-        "config_hash": digest,
-        "choices": group_choices(),  # the config groups' options: a swept +state_size=... too
-        "num_params": None,
-        "state": None,
-        "metrics": {},
-        "train": None,
-        "capacity": None,  # tested over a range of loads: harness.readouts.capacity.readout_of
-        "protocol": None,  # capacity.protocol=true: harness.config.capacity_protocol
-        "wandb": None,
-        "weights": None,  # the kept final weights' path with checkpoint.keep=true
-        "run_dir": str(run_dir),
-        "config": config_of(cfg),
-    }
+    """The record of a run that has not finished yet (`Record`'s defaults: status `failed`
+    until it does), as the dict the run fills in."""
+    return Record(
+        task=cfg.task.name,
+        model=cfg.model.name,
+        task_params=params_of(cfg.task),
+        model_params=params_of(cfg.model),
+        seq_len=integer(cfg.task.get("seq_len")),  # a refused value stays in `config`
+        seed=integer(cfg.seed),
+        config_hash=digest,
+        choices=group_choices(),
+        run_dir=str(run_dir),
+        config=config_of(cfg),
+    ).model_dump()
 
 
 def integer(value: object) -> int | None:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.readouts.capacity import INTERVAL, LEFT, RIGHT, VERDICTS
-from harness.records.schema import SCHEMA_VERSION, STATUSES
+from harness.records.schema import FAILED, SCHEMA_VERSION, STATUSES
 
 Number = int | float
 
@@ -112,10 +112,12 @@ class EvaluatedBlock(Block):
 
 
 class Record(Block):
-    """A run's `results.json` (and a line of a sweep's `summary.jsonl`)."""
+    """A run's `results.json` (and a line of a sweep's `summary.jsonl`): the one declaration of
+    its keys, their types and the value a run starts with (`harness.records.record.new_record`
+    fills the rest in as the run goes). A key an older record lacks reads as its default."""
 
-    schema_version: Literal[SCHEMA_VERSION]
-    status: Literal[STATUSES]
+    schema_version: Literal[SCHEMA_VERSION] = SCHEMA_VERSION
+    status: Literal[STATUSES] = FAILED  # until the run finishes
     task: str | None
     model: str | None
     task_params: dict
@@ -123,16 +125,16 @@ class Record(Block):
     seq_len: int | None
     seed: int | None
     config_hash: str | None = None
-    choices: dict[str, str | None] = {}
+    choices: dict[str, str | None] = {}  # each config group's option: a swept +state_size too
     num_params: int | None = None
     state: StateBlock | None = None
     metrics: dict[str, Number | None] = {}
     train: TrainBlock | None = None
-    capacity: CapacityBlock | None = None
-    protocol: ProtocolBlock | None = None
+    capacity: CapacityBlock | None = None  # tested over a range of loads
+    protocol: ProtocolBlock | None = None  # capacity.protocol=true
     threads: ThreadsBlock | None = None
     wandb: WandbRunBlock | None = None
-    weights: str | None = None
+    weights: str | None = None  # the kept final weights' path with checkpoint.keep=true
     evaluated: EvaluatedBlock | None = None
     error: str | None = None
     finished_at: str | None = None

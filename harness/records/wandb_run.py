@@ -81,40 +81,24 @@ again everything after the checkpoint it resumes from; a gap is left only where 
 checkpoint was saved within the lost second."""
 
 
-def run_settings(**settings: Any):
-    """`wandb.Settings` without console capture (no progress bars in the run's log), flushed
-    every `FLUSH_INTERVAL_S` where this W&B has the setting."""
+def run_settings(timeout: float):
+    """`wandb.Settings` without console capture (no progress bars in the run's log), giving up
+    going online after `timeout` seconds, flushed every `FLUSH_INTERVAL_S` where this W&B has
+    the setting."""
     import wandb
 
+    settings = {"console": "off", "init_timeout": timeout}
     if "x_transaction_log_flush_interval" in wandb.Settings.model_fields:
         settings["x_transaction_log_flush_interval"] = FLUSH_INTERVAL_S
-    return wandb.Settings(console="off", **settings)
-
-
-def init_run(logger_cfg: DictConfig | dict, **kwargs: Any):
-    """`wandb.init` in the configured mode (`run_settings`); `mode=online` that cannot reach
-    the server within `init_timeout` seconds warns once and continues offline (`wandb sync`
-    uploads it later)."""
-    import wandb
-
-    os.environ.setdefault("WANDB_SILENT", "true")
-    kwargs.update(project=logger_cfg.get("project"), entity=logger_cfg.get("entity"))
-    mode = logger_cfg.get("mode", "offline")
-    timeout = float(logger_cfg.get("init_timeout", 15))
-    try:
-        return wandb.init(mode=mode, settings=run_settings(init_timeout=timeout), **kwargs)
-    except Exception as error:  # noqa: BLE001 - any failure to go online falls back offline
-        if mode == "offline":
-            raise
-        log.warning("W&B %s mode failed (%s); logging offline instead", mode, error)
-        return wandb.init(mode="offline", settings=run_settings(), **kwargs)
+    return wandb.Settings(**settings)
 
 
 class StepLogger(WandbLogger):
     """Lightning's W&B logger with W&B's step (`_step`, the row of the history) set to the
-    training step. W&B counts its rows from 0 in every process; a resumed run would otherwise
-    write its steps from the checkpoint on into rows its earlier process had already used.
-    Rows are kept in order of step: Lightning logs at a step that never decreases."""
+    training step. Offline, W&B counts its rows from 0 in every process, and the server keys a
+    run's history by `_step`: a resumed run would otherwise write its steps from the
+    checkpoint on into rows its earlier process had already used. Rows are kept in order of
+    step: Lightning logs at a step that never decreases."""
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -124,36 +108,45 @@ class StepLogger(WandbLogger):
         self.experiment.log({**metrics, STEP: step}, step=step)  # the logger has no prefix
 
 
-def start_wandb(
-    logger_cfg: DictConfig,
-    run_dir: Path,
-    run_id: str,
-    name: str,
-    group: str | None,
-    tags: list[str],
-    config: dict,
+def wandb_logger(
+    logger_cfg: DictConfig | dict, run_dir: Path, run_id: str, **init: Any
 ) -> WandbLogger | None:
-    """A logger writing into `run_dir/wandb` the W&B run `run_id` (continued when it exists:
-    a resumed run), or None when `logger=none`; every metric is charted against the training
-    step."""
-    if logger_cfg.get("name", "none") == "none" or logger_cfg.get("mode") == "disabled":
+    """Lightning's `WandbLogger` (`StepLogger`) of the W&B run `run_id` in `run_dir/wandb`
+    (continued when it exists: `resume="allow"`, Lightning's), in the configured mode,
+    started now: `mode=online` that cannot reach the server within `init_timeout` seconds
+    warns once and continues offline (`wandb sync` uploads it later). Lightning charts every
+    metric against `trainer/global_step`; `init` goes to `wandb.init` (name, group, tags,
+    ...). None with `logger=none` or `mode=disabled`."""
+    if logger_cfg.get("name") == "none" or logger_cfg.get("mode") == "disabled":
         return None
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
     os.environ["WANDB_DIR"] = str(run_dir)
-    run = init_run(
-        logger_cfg,
-        id=run_id,
-        resume="allow",
-        dir=str(run_dir),
-        name=name,
-        group=group,
-        tags=[t for t in tags if t],
-        job_type="train",
-        config=config,
-        reinit="finish_previous",
-    )
-    run.define_metric(STEP)
-    run.define_metric("*", step_metric=STEP, step_sync=True)
-    return StepLogger(experiment=run)
+    wandb.setup()  # silent from here: before the settings Lightning passes are checked
+    mode = logger_cfg.get("mode", "offline")
+    timeout = float(logger_cfg.get("init_timeout", 15))
+
+    def started(mode: str) -> StepLogger:
+        logger = StepLogger(
+            id=run_id,
+            save_dir=str(run_dir),
+            project=logger_cfg.get("project"),
+            entity=logger_cfg.get("entity"),
+            mode=mode,
+            settings=run_settings(timeout),
+            **init,
+        )
+        logger.experiment  # noqa: B018 - wandb.init, here: a failure to go online is caught
+        return logger
+
+    try:
+        return started(mode)
+    except Exception as error:  # noqa: BLE001 - any failure to go online falls back offline
+        if mode == "offline":
+            raise
+        log.warning("W&B %s mode failed (%s); logging offline instead", mode, error)
+        return started("offline")
 
 
 def run_facts(record: dict) -> dict:
@@ -230,18 +223,17 @@ def log_report(
     `report-<hash of the sweep folder>` in the sweep's group; returns its local folder."""
     import wandb
 
-    logger_cfg = {**(description.get("logger") or {}), "mode": mode}
+    logger_cfg = {**(description.get("logger") or {}), "name": "wandb", "mode": mode}
     if not logger_cfg.get("project"):
         logger_cfg["project"] = "recall-harness"
     run_id = report_run_id(sweep)
     for stale in (out / "wandb").glob(f"offline-run-*-{run_id}"):
         shutil.rmtree(stale, ignore_errors=True)  # a re-report replaces the local copy
     preset = description.get("experiment")
-    run = init_run(
+    run = wandb_logger(
         logger_cfg,
-        id=run_id,
-        resume="allow",
-        dir=str(out),
+        out,
+        run_id,
         name=f"report {sweep_group(sweep, None)}",
         group=sweep_group(sweep, preset),
         tags=[f"preset:{preset}"] if preset else [],
@@ -251,7 +243,7 @@ def log_report(
             "command": description.get("command"),
             "commands": description.get("commands"),
         },
-    )
+    ).experiment
     run.log(report_items(tables, figures))
     folder = Path(run.dir).parent
     wandb.finish()

@@ -79,7 +79,6 @@ def build_data(cfg: DictConfig, task: Task, eval_seq_lens: list[int]) -> TaskDat
             batch_size=cfg.data.batch_size,
             seed=cfg.data.seed,
             eval_seq_lens=eval_seq_lens,
-            cache_dir=cfg.data.cache_dir,
             mixture=mixture_from_config(as_container(cfg.task.get("mixture"))),
             test_overrides=as_container(cfg.task.get("test")),
         )

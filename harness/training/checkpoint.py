@@ -1,7 +1,8 @@
 """Checkpoints: kill-safe training state, and the final weights a run can keep.
 
-A run saves `<checkpoint.dir>/<config_hash>/last.ckpt` after every validation (written to a
-temp file, then renamed, so a kill never leaves a torn checkpoint). Re-running the same
+A run saves `<checkpoint.dir>/<config_hash>/last.ckpt` after every validation (Lightning's
+`ModelCheckpoint`, `save_last`: written to a temp file, then moved, so a kill never leaves a
+torn checkpoint). Re-running the same
 command finds it and resumes; a run that ends (ok or diverged) deletes it.
 
 A resumed run is one run: the checkpoint carries its training segments (one per process
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
 log = logging.getLogger(__name__)
@@ -33,20 +35,14 @@ WEIGHTS = "model.pt"
 """The kept final weights, in the run's folder beside `results.json`."""
 
 
-class SaveLast(L.Callback):
-    """Save the whole training state (model, optimizer, loops, callbacks) after validation."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-
-    def on_validation_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        if trainer.sanity_checking:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        trainer.save_checkpoint(tmp)
-        if trainer.is_global_zero:
-            os.replace(tmp, self.path)
+def save_last(path: Path) -> ModelCheckpoint:
+    """Lightning's `ModelCheckpoint` writing the whole training state (model, optimizer, loops,
+    callbacks) to `path` after every validation, over the one before: one file, whatever
+    the step (`filename`, no version counter), written through fsspec's transaction (a temp
+    file, then a move: Lightning's `_atomic_save`), so that a kill never leaves it torn."""
+    return ModelCheckpoint(
+        dirpath=path.parent, filename=path.stem, save_top_k=1, enable_version_counter=False
+    )
 
 
 def checkpoint_path(folder: str | Path, digest: str) -> Path:
@@ -135,10 +131,8 @@ def resumable(path: Path) -> Resumption:
 
 def saved_step(path: Path) -> int | None:
     """The optimiser step the checkpoint at `path` holds, None when there is none to read."""
-    try:
-        return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-    except Exception:  # noqa: BLE001 - missing or unreadable: nothing to resume from
-        return None
+    saved = resumable(path)
+    return saved.step if saved.path is not None else None
 
 
 def discard(path: Path) -> None:

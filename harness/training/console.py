@@ -31,6 +31,7 @@ KNOWN_WARNINGS = (
     r".*does not have many workers",  # data are in memory: workers would only add overhead
     r".*smaller than the logging interval",
     r".*GPU available but not used",
+    r".*Checkpoint directory .* exists and is not empty",  # a resumed run's own last.ckpt
 )
 KNOWN_BANNERS = (
     "GPU available:",

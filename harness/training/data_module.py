@@ -2,7 +2,9 @@
 
 Every split is a `MixtureDataset` of one or more components: a mixture of task settings
 (Zoology's list of (length, pairs) with shares of the examples) has one component per setting,
-a plain run and each test set have one. Each component is generated and cached on its own,
+a plain run and each test set have one. Each component is generated on its own (in memory:
+generating the default task's splits takes no longer than reading them back from a disk
+cache did, docs/performance.md),
 every batch holds examples of one component only (so batches of different lengths never pad),
 and training interleaves the components' batches at random in proportion to their sizes
 (`StepBatchSampler`); validation covers the same mixture. Test sets may use other settings
@@ -10,8 +12,7 @@ than training (`test_overrides`: e.g. a wider range of loads). The samplers, and
 split batches under data parallelism, are `harness.training.samplers`.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -20,10 +21,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from common.checks import InvalidValue, is_real, require
-from harness.training.dataset_cache import load_split, split_seed
 from harness.training.samplers import BucketBatchSampler, StepBatchSampler
 from tasks import Task
 from tasks.base import pool_baselines, scored_positions
+from tasks.splits import split_seed
 
 Mixture = list[tuple[dict[str, Any], float]]
 """Components of a mixture: (task-parameter overrides, share of the examples)."""
@@ -132,12 +133,11 @@ class TaskDataModule(L.LightningDataModule):
         batch_size: int,
         seed: int,
         eval_seq_lens: list[int] | None = None,
-        cache_dir: str | Path | None = None,
         mixture: Mixture | None = None,
         test_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.task, self.batch_size, self.seed, self.cache_dir = task, batch_size, seed, cache_dir
+        self.task, self.batch_size, self.seed = task, batch_size, seed
         self.sizes = {"train": num_train, "val": num_val, "test": num_test}
         self.mixture = list(mixture or [])
         self.train_tasks = [
@@ -179,39 +179,18 @@ class TaskDataModule(L.LightningDataModule):
         """The longest sequence of any split, test sets included."""
         return max(self.max_train_seq_len, *self.test_seq_lens)
 
-    def _load(self, split: str, parts: Iterable[tuple[Task, int, int | None]]) -> MixtureDataset:
-        """The components (task, number of examples, key in `split_seed`) of `split`, each
-        generated once and cached."""
-        return MixtureDataset(
-            [
-                load_split(task, num, split_seed(self.seed, split, key), self.cache_dir)
-                for task, num, key in parts
-            ]
-        )
-
-    def _load_fit(self, split: str) -> MixtureDataset:
+    def _generate(self, split: str) -> MixtureDataset:
         """The train or val split: one component per task of `train_tasks`."""
         parts = zip(self.train_tasks, self.counts[split], self.components, strict=True)
-        return self._load(split, parts)
-
-    def _load_test(self, task: Task) -> MixtureDataset:
-        """The test set of `task` (one component)."""
-        return self._load("test", [(task, self.sizes["test"], None)])
-
-    def prepare_data(self) -> None:
-        """Generate and cache every split once (rank 0 only under DDP)."""
-        if self.cache_dir is None:
-            return
-        for split in ("train", "val"):
-            self._load_fit(split)
-        for task in self.test_tasks:
-            self._load_test(task)
+        seed = self.seed
+        return MixtureDataset([t.generate(n, split_seed(seed, split, k)) for t, n, k in parts])
 
     def setup(self, stage: str | None = None) -> None:
         if stage in ("fit", None) and not self.splits:
-            self.splits = {split: self._load_fit(split) for split in ("train", "val")}
+            self.splits = {split: self._generate(split) for split in ("train", "val")}
         if stage in ("test", None) and not self.test_sets:
-            self.test_sets = [self._load_test(task) for task in self.test_tasks]
+            seed, size = split_seed(self.seed, "test"), self.sizes["test"]
+            self.test_sets = [MixtureDataset([t.generate(size, seed)]) for t in self.test_tasks]
 
     def val_baselines(self) -> dict[str, float]:
         """`Task.baselines` of the validation split, pooled over its components weighted by

@@ -20,7 +20,6 @@ def where(tmp_path: Path) -> dict:
     """Settings that keep a run's files inside `tmp_path`."""
     return {
         "output_dir": tmp_path / "run",
-        "data": {"cache_dir": str(tmp_path / "cache")},
         "checkpoint": {"dir": str(tmp_path / "checkpoints")},
     }
 

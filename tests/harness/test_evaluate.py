@@ -39,7 +39,6 @@ def kept_run(tmp_path_factory) -> tuple[Path, dict]:
         "task.eval_seq_lens=[48]",
         "checkpoint.keep=true",
         f"checkpoint.dir={tmp / 'checkpoints'}",
-        f"data.cache_dir={tmp / 'cache'}",
         output_dir=tmp / "run",
     )
     assert record["status"] == "ok"
@@ -147,7 +146,6 @@ def test_learned_positions_refuse_lengths_past_the_trained_one(tmp_path: Path) -
         *SMOKE,
         "checkpoint.keep=true",
         f"checkpoint.dir={tmp_path / 'checkpoints'}",
-        f"data.cache_dir={tmp_path / 'cache'}",
         output_dir=tmp_path / "run",
     )
     with pytest.raises(BadInput, match="task.seq_len=32 is invalid: must be <= 24, the trained"):
@@ -188,7 +186,6 @@ def test_a_trained_model_is_reproduced_exactly_and_at_a_shorter_length(tmp_path:
         "task.eval_seq_lens=[16]",
         "checkpoint.keep=true",
         f"checkpoint.dir={tmp_path / 'checkpoints'}",
-        f"data.cache_dir={tmp_path / 'cache'}",
         output_dir=tmp_path / "run",
     )
     assert trained["metrics"]["test/acc"] >= 0.9

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.refusal import BadInput
+from harness.records.record_model import checked
 from harness.train import run
 from tests.conftest import SMALL_RECALL, run_cli
 
@@ -22,6 +23,7 @@ def test_softmax_learns_small_recall_and_records_it(make_cfg, tmp_path: Path) ->
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved == json.loads(json.dumps(record))
     assert saved.keys() >= RECORD_KEYS
+    assert checked(saved) is saved  # written as the record's one declaration reads it
     assert saved["status"] == "ok"
     assert saved["metrics"]["test/acc"] >= 0.95
     assert saved["metrics"]["val/acc"] >= 0.95
@@ -69,6 +71,7 @@ def test_bad_input_raises_before_training_and_is_recorded(make_cfg, tmp_path: Pa
         run(cfg)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["status"] == "failed" and "num_kv_pairs=20" in saved["error"]
+    assert checked(saved)["train"] is None  # a failed run's record reads as one too
 
 
 @pytest.mark.slow

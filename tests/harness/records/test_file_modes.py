@@ -1,6 +1,6 @@
 """Files the harness writes follow the user's umask, as a plain `open`/`mkdir` would: a run's
-record, the sweep's summary and description, and the dataset cache, so that collaborators on
-a shared filesystem can read them where the umask lets them."""
+record, the sweep's summary and description, so that collaborators on a shared filesystem can
+read them where the umask lets them."""
 
 import os
 import stat
@@ -11,8 +11,6 @@ import pytest
 from harness.records.files import write_atomic
 from harness.records.summary import append_summary
 from harness.records.sweep import describe_sweep
-from harness.training.dataset_cache import load_split
-from tasks import build_task
 
 
 @pytest.fixture(params=[0o022, 0o002], ids=["umask022", "umask002"])
@@ -33,14 +31,3 @@ def test_records_summary_and_description_follow_the_umask(tmp_path: Path, mask: 
     for name in ("results.json", "summary.jsonl", "sweep.json"):
         assert mode(tmp_path / name) == 0o666 & ~mask, name
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("results.json.")]
-
-
-def test_the_dataset_cache_follows_the_umask(tmp_path: Path, mask: int) -> None:
-    task = build_task("assoc_recall", vocab_size=64, seq_len=32, num_kv_pairs=4)
-    data = load_split(task, 16, 0, tmp_path)
-    (split,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert mode(split) == 0o777 & ~mask
-    files = [p for p in split.rglob("*") if p.is_file()]
-    assert files and all(mode(p) == 0o666 & ~mask for p in files)
-    again = load_split(task, 16, 0, tmp_path)  # read back from the cache
-    assert (again["inputs"] == data["inputs"]).all()

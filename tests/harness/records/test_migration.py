@@ -65,9 +65,9 @@ def test_an_older_state_gets_the_mixers_floats_without_the_conv_window() -> None
 @pytest.mark.parametrize(
     "folder", sorted({p.parent for p in RESULTS.rglob("summary.jsonl")}), ids=str
 )
-def test_every_committed_record_migrates_and_no_two_jobs_merge(folder: Path) -> None:
+def test_every_committed_record_migrates_checks_and_no_two_jobs_merge(folder: Path) -> None:
     written = [json.loads(line) for line in (folder / "summary.jsonl").read_text().splitlines()]
-    records = records_of(folder)
+    records = records_of(folder, check=True)  # each held to the record's one declaration
     assert len(records) == len({r["config_hash"] for r in written})  # one record a job, as before
     assert all(r["schema_version"] == SCHEMA_VERSION for r in records)
     with_state = [r for r in records if r.get("state")]

@@ -11,8 +11,8 @@ from harness.records.wandb_run import (
     finish_wandb,
     report_run_id,
     run_name,
-    start_wandb,
     sweep_group,
+    wandb_logger,
 )
 from harness.report.sweep_report import report
 from tests.harness.synthetic import record
@@ -50,7 +50,7 @@ def test_group_is_the_sweep_id_after_the_preset(tmp_path: Path) -> None:
 def offline_run(run_dir: Path, run_id: str, steps: range) -> dict | None:
     """One process of a run that logs `train/loss` at `steps` into W&B, offline."""
     logger_cfg = OmegaConf.create({"name": "wandb", "project": "recall-harness", "mode": "offline"})
-    logger = start_wandb(logger_cfg, run_dir, run_id, "softmax-T24", "g", [], {"seed": 0})
+    logger = wandb_logger(logger_cfg, run_dir, run_id, name="softmax-T24", config={"seed": 0})
     for step in steps:
         logger.log_metrics({"train/loss": 1.0 / (step + 1)}, step=step)
     return finish_wandb(logger, {"status": "ok", "metrics": {"test/acc": 0.5}})

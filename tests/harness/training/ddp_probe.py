@@ -20,7 +20,6 @@ from harness.training.lightning_module import RecallModule
 def config(out: Path, overrides: list[str]) -> DictConfig:
     cfg = compose_config(overrides, output_dir=out / "run")
     with open_dict(cfg):
-        cfg.data.cache_dir = str(out / "cache")
         cfg.checkpoint.dir = str(out / "checkpoints")
     return cfg
 

@@ -150,6 +150,7 @@ def test_known_warnings_and_banners_are_silenced() -> None:
         warnings.simplefilter("always")
         quiet()
         warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning, stacklevel=1)
+        warnings.warn("Checkpoint directory /c/1a exists and is not empty.", stacklevel=1)
         warnings.warn("something new", UserWarning, stacklevel=1)
     assert [str(w.message) for w in caught] == ["something new"]
     seen = []

@@ -10,13 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from omegaconf import open_dict
 
 from harness.config.devices import cpu_cores
 from harness.evaluate import evaluate
 from harness.training.build import build
-from harness.training.dataset_cache import load_split, split_seed
 from harness.training.samplers import StepBatchSampler
+from tasks.splits import split_seed
 from tests.conftest import REPO, SMALL_RECALL, cli_env, run_cli
 
 needs_two_cores = pytest.mark.skipif(cpu_cores() < 2, reason="DDP test runs 2 processes")
@@ -74,10 +73,8 @@ def test_ddp_ranks_see_disjoint_data_and_metrics_equal_one_process(make_cfg, tmp
 
     # training: at every step the two ranks' parts are disjoint halves of the global batch
     cfg = make_cfg(TINY)
-    with open_dict(cfg):
-        cfg.data.cache_dir = str(out / "cache")
     task = build(cfg).task
-    train = load_split(task, 512, split_seed(cfg.data.seed, "train"), out / "cache")
+    train = task.generate(512, split_seed(cfg.data.seed, "train"))
     inputs = train["inputs"].tolist()
     sampler = StepBatchSampler([512], [cfg.data.seed], 16, cfg.data.seed, 0, 6)
     steps = [dict(rank["seen"]["train"]) for rank in ranks]
@@ -88,7 +85,7 @@ def test_ddp_ranks_see_disjoint_data_and_metrics_equal_one_process(make_cfg, tmp
         assert first + second == rows([inputs[i] for i in indices])
 
     # test: the shards cover the test set once (51 + 50 examples), none twice
-    test = load_split(task, 101, split_seed(cfg.data.seed, "test"), out / "cache")
+    test = task.generate(101, split_seed(cfg.data.seed, "test"))
     evaluated = Counter(rows(ranks[0]["seen"]["test"]) + rows(ranks[1]["seen"]["test"]))
     assert sorted(len(rank["seen"]["test"]) for rank in ranks) == [50, 51]
     assert evaluated == Counter(rows(test["inputs"].tolist()))

@@ -49,6 +49,8 @@ def test_run_config_runs_and_writes_the_record(where: dict, tmp_path: Path) -> N
         "linear",
         *SMOKE,
         "task.seq_len=20",
+        task_params={"copy_len": 5},
+        model_params={"n_heads": 4},
         seed=3,
         trainer={"max_steps": 6},
         **{"task.vocab_size": 16},
@@ -58,7 +60,8 @@ def test_run_config_runs_and_writes_the_record(where: dict, tmp_path: Path) -> N
     assert saved == json.loads(json.dumps(record))
     assert (record["status"], record["task"], record["model"]) == ("ok", "copy", "linear")
     assert (record["seq_len"], record["seed"], record["train"]["steps"]) == (20, 3, 6)
-    assert record["task_params"]["vocab_size"] == 16
+    assert record["task_params"]["vocab_size"] == 16 and record["task_params"]["copy_len"] == 5
+    assert record["model_params"]["n_heads"] == 4
     assert record["weights"] is None and not (tmp_path / "run" / WEIGHTS).exists()
 
 
@@ -77,6 +80,21 @@ def test_run_config_refuses_bad_input_before_training(where: dict, tmp_path: Pat
         run_config("assoc_recall", "favor", *SMOKE, **{"model.feature_dim": 0}, **where)
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["status"] == "failed" and saved["train"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "keywords", "nearest"),
+    [
+        (["trainer.max_step=50"], {}, "trainer.max_steps"),
+        ([], {"task_params": {"num_kv_pair": 4}}, "task.num_kv_pairs"),
+    ],
+)
+def test_a_mistyped_key_is_refused_naming_the_nearest(
+    where: dict, tmp_path: Path, args: list, keywords: dict, nearest: str
+) -> None:
+    with pytest.raises(BadInput, match=f"did you mean {nearest}"):
+        run_config("assoc_recall", "linear", *SMOKE, *args, **keywords, **where)
+    assert not (tmp_path / "run").exists()  # refused before the run folder
 
 
 def test_keep_saves_the_final_weights_beside_the_record(where: dict, tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 A code line is a line that holds a token other than a comment, whitespace or a docstring (the
 first statement of a module, class or function when it is a string, or a string statement
 right after an assignment, the attribute docstring). Run `python tests/code_lines.py [ROOT]`
-for the table; `tests/test_code_budgets.py` holds the budgets.
+for the table (each wing against its budget).
 """
 
 import ast

@@ -92,7 +92,7 @@ def mesa_attention(
         o, state = mesa_recurrent(q, k, v, beta, log_gate, lamb, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
-        block = lambda *xs, L, state, last: mesa_block(*xs, lamb, state)  # noqa: E731
+        block = lambda *xs, L, state, last: mesa_block(*xs, lamb, L=L, state=state)  # noqa: E731
         o, state = in_blocks(block, (q, k, v, beta, log_gate), 2, size, initial_state)
     return (o, state) if return_state else o
 
@@ -127,26 +127,84 @@ def mesa_block(
     beta: Tensor,
     log_gate: Tensor,
     lamb: Tensor,
+    *,
+    L: int,
     state: MesaState,
 ) -> tuple[Tensor, MesaState]:
-    """One block of L steps from the state (H_kk0, H_kv0) at its start. With c the cumulative
-    log-gate inside the block and W[i, j] = exp(c_i - c_j) b_j for j <= i (0 above):
+    """T = n L steps as n chunks of L, from the state (H_kk0, H_kv0) at the first chunk's
+    start. In a chunk, with c the cumulative log-gate inside it and W[i, j] = exp(c_i - c_j) b_j
+    for j <= i (0 above):
 
-        H_kk_i = exp(c_i) H_kk0 + sum_j W[i, j] k_j k_j^T        (W @ the flattened k_j k_j^T)
-        x_i    = (H_kk_i + diag(lamb))^{-1} q_i                  (one batched solve)
-        o_i    = exp(c_i) H_kv0^T x_i + sum_j W[i, j] (k_j . x_i) v_j
+        H_kk_i = exp(c_i) H_kk_start + sum_j W[i, j] k_j k_j^T     (W @ the flattened k_j k_j^T)
+        x_i    = (H_kk_i + diag(lamb))^{-1} q_i                    (one batched solve)
+        o_i    = exp(c_i) H_kv_start^T x_i + sum_j W[i, j] (k_j . x_i) v_j
 
-    Every exponent is a difference <= 0 (docs/background.md, section 14)."""
-    H_kk0, H_kv0 = state
-    B, H, L, D = q.shape
-    c = log_gate.cumsum(-1)  # [B, H, L]
-    W = causal_exp(c.unsqueeze(-1) - c.unsqueeze(-2), dim=(-2, -1)) * beta.unsqueeze(-2)
-    start = gate_exp(c)[..., None]  # [B, H, L, 1]
-    outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).reshape(B, H, L, D * D)
-    H_kk = (W @ outer).view(B, H, L, D, D) + start[..., None] * H_kk0.unsqueeze(2)
-    A = H_kk + torch.diag_embed(lamb)[None, :, None]
-    x = torch.linalg.solve(A, q.unsqueeze(-1)).squeeze(-1)  # [B, H, L, D]
-    o = ((x @ k.mT) * W) @ v + start * (x @ H_kv0)
-    decay_end = W[..., -1, :].unsqueeze(-1)  # exp(c_end - c_j) b_j: [B, H, L, 1]
-    H_kv_end = gate_exp(c[..., -1])[..., None, None] * H_kv0 + (k * decay_end).mT @ v
-    return o, (H_kk[:, :, -1], H_kv_end)
+    Every chunk's own sums are formed at once; only the start states run chunk after chunk
+    (H_end = exp(c_end) H_start + sum_j W[L-1, j] k_j [k_j | v_j]^T). Every exponent is a
+    difference <= 0 (docs/background.md, section 14). The solve and its gradient are one
+    autograd node (`_RegularisedSolve`)."""
+    B, H, T, D = q.shape
+    n, Dv = T // L, v.shape[-1]
+    qc, kc, vc = q.view(B, H, n, L, D), k.view(B, H, n, L, D), v.view(B, H, n, L, Dv)
+    c = log_gate.reshape(B, H, n, L).cumsum(-1)
+    W = causal_exp(c.unsqueeze(-1) - c.unsqueeze(-2), dim=(-2, -1)) * beta.view(B, H, n, 1, L)
+    start = gate_exp(c)  # [B, H, n, L]: what is left of the chunk's start state at step i
+    decayed = kc * W[..., -1, :].unsqueeze(-1)  # exp(c_end - c_j) b_j k_j
+    added_kk, added_kv = decayed.mT @ kc, decayed.mT @ vc  # [B, H, n, D, D | Dv]
+    end = gate_exp(c[..., -1])[..., None, None]  # [B, H, n, 1, 1]
+    H_kk, H_kv = state
+    starts_kk, starts_kv = [], []
+    for i in range(n):
+        starts_kk.append(H_kk)
+        starts_kv.append(H_kv)
+        H_kk = end[:, :, i] * H_kk + added_kk[:, :, i]
+        H_kv = end[:, :, i] * H_kv + added_kv[:, :, i]
+    start_kk, start_kv = torch.stack(starts_kk, 2), torch.stack(starts_kv, 2)
+    x = _RegularisedSolve.apply(W, kc, qc, lamb.view(H, 1, 1, D), start_kk, start)
+    o = ((x @ kc.mT) * W) @ vc + start.unsqueeze(-1) * (x @ start_kv)
+    return o.reshape(B, H, T, Dv), (H_kk, H_kv)
+
+
+class _RegularisedSolve(torch.autograd.Function):
+    """x_i = (H_kk_i + diag(lamb))^{-1} q_i with H_kk_i = start_i H_kk0 + sum_j W[i, j] k_j k_j^T
+    in every chunk,
+    by a Cholesky factor of each [D, D] system (H_kk0 positive semi-definite and lamb > 0
+    make it positive definite). The gradient never forms a [L, D, D] tensor: with
+    g_i = A_i^{-1} dx_i (A symmetric), dA_i = -g_i x_i^T, so
+
+        dq_i = g_i,   dW[i, j] = -(g_i . k_j)(x_i . k_j),
+        dk_j = -sum_i W[i, j] (g_i (x_i . k_j) + x_i (g_i . k_j)),
+        dlamb = -sum_i g_i * x_i,   dstart_i = -g_i^T H_kk0 x_i,   dH_kk0 = -sum_i start_i g_i x_i^T
+
+    Shapes: W [B, H, n, L, L], k, q [B, H, n, L, D], lamb [H, 1, 1, D], H_kk0 [B, H, n, D, D]
+    (each chunk's start), start [B, H, n, L] -> x [B, H, n, L, D]."""
+
+    @staticmethod
+    def forward(ctx, W, k, q, lamb, H_kk0, start):  # noqa: ANN001, ANN205
+        D = k.shape[-1]
+        outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # [..., L, D * D]
+        A = (W @ outer).unflatten(-1, (D, D)) + start[..., None, None] * H_kk0.unsqueeze(-3)
+        A.diagonal(dim1=-2, dim2=-1).add_(lamb)
+        factor, info = torch.linalg.cholesky_ex(A)
+        if not torch.compiler.is_compiling() and bool(info.any()):
+            raise ValueError(
+                "H_kk + diag(lamb) is not positive definite: the initial H_kk must be"
+                " positive semi-definite (as every state mesa_attention returns)"
+            )
+        x = torch.cholesky_solve(q.unsqueeze(-1), factor).squeeze(-1)
+        ctx.save_for_backward(W, k, x, factor, H_kk0, start)
+        ctx.lamb_shape = lamb.shape
+        return x
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dx):  # noqa: ANN001, ANN205
+        W, k, x, factor, H_kk0, start = ctx.saved_tensors
+        g = torch.cholesky_solve(dx.unsqueeze(-1), factor).squeeze(-1)
+        P, Q = g @ k.mT, x @ k.mT  # [B, H, L, L]: g_i . k_j and x_i . k_j
+        dW = -(P * Q)
+        dk = -((W * Q).mT @ g + (W * P).mT @ x)
+        dlamb = (-(g * x)).sum_to_size(ctx.lamb_shape)
+        dstart = -(g * (x @ H_kk0.mT)).sum(-1)
+        dH_kk0 = -(g * start[..., None]).mT @ x
+        return dW, dk, g, dlamb, dH_kk0, dstart

@@ -45,8 +45,8 @@ def mesa_attention(
     o_t = W_t q_t with W_t = H_kv_t^T (H_kk_t + diag(lamb))^{-1}, the minimiser of
     sum_{s<=t} (a_{s+1} ... a_t) b_s |W k_s - v_s|^2 + sum_i lamb_i |W e_i|^2: the best
     regularised linear map from the keys seen to their values (docs/background.md,
-    "MesaNet"). The system is solved exactly
-    (`torch.linalg.solve`); fla solves it by a fixed number of conjugate-gradient steps
+    "MesaNet"). The system is solved exactly (`torch.linalg.solve` in the step loop, a
+    Cholesky factor in the chunk form); fla solves it by a fixed number of conjugate-gradient steps
     (`models.kernels.conjugate_gradient`), which approaches this solution. No scaling and no
     normalisation inside (the caller L2-normalises q and k).
 
@@ -63,7 +63,8 @@ def mesa_attention(
             block's systems solved in one batched call), "parallel" (the chunk form with one
             block: every H_kk_t of the sequence held at once, [B, H, T, D, D]).
         chunk_size: the block length of "chunk".
-        initial_state: (H_kk, H_kv) to start from (zeros if None).
+        initial_state: (H_kk, H_kv) to start from (zeros if None); H_kk positive
+            semi-definite, as every state this function returns.
         return_state: also return the state after the last step.
 
     Shapes:

@@ -45,9 +45,10 @@ class MesaNet(KeyValueStateMixer):
     lambda_params by the same name; o_norm.weight -> `norm.weight`; g_proj by the same name;
     o_proj -> `out`.
 
-    Deliberate differences from fla: the system is solved exactly (`models.kernels.mesa`,
-    `torch.linalg.solve`) where fla runs `max_cg_step_training` = 30 conjugate-gradient steps
-    from zero with divisions guarded by 1e-5 (`models.kernels.conjugate_gradient`); fla's
+    Deliberate differences from fla: the system is solved exactly (`models.kernels.mesa`: LU in
+    the step loop, Cholesky in the chunk form) where fla runs `max_cg_step_training` = 30
+    conjugate-gradient steps from zero with divisions guarded by 1e-5
+    (`models.kernels.conjugate_gradient`); fla's
     backward differentiates the exact solve (it solves the adjoint system for the gradient),
     so the exact solve is the function fla's kernel approximates, and its 30 guarded steps
     leave x_t about 2e-3 (relative) from it (docs/background.md, "MesaNet"). d_v is expand_v

@@ -83,13 +83,12 @@ def mesa_attention(
     check_log_gate("log_gate", log_gate)
     if not torch.compiler.is_compiling() and not bool((lamb > 0).all()):
         raise ValueError(f"lamb must be > 0, got a smallest value of {float(lamb.min()):.4g}")
-    if initial_state is None:
-        zeros = q.new_zeros
-        initial_state = (zeros(B, H, D, D), zeros(B, H, D, v.shape[-1]))
-    else:
+    if initial_state is not None:
         check_shape("initial_state[0] (H_kk)", initial_state[0], (B, H, D, D))
         check_shape("initial_state[1] (H_kv)", initial_state[1], (B, H, D, v.shape[-1]))
     if mode == "recurrent":
+        if initial_state is None:
+            initial_state = (q.new_zeros(B, H, D, D), q.new_zeros(B, H, D, v.shape[-1]))
         o, state = mesa_recurrent(q, k, v, beta, log_gate, lamb, initial_state)
     else:
         size = T if mode == "parallel" else chunk_size
@@ -130,7 +129,7 @@ def mesa_block(
     lamb: Tensor,
     *,
     L: int,
-    state: MesaState,
+    state: MesaState | None,
 ) -> tuple[Tensor, MesaState]:
     """T = n L steps as n chunks of L, from the state (H_kk0, H_kv0) at the first chunk's
     start. In a chunk, with c the cumulative log-gate inside it and W[i, j] = exp(c_i - c_j) b_j
@@ -143,7 +142,8 @@ def mesa_block(
     Every chunk's own sums are formed at once; only the start states run chunk after chunk
     (H_end = exp(c_end) H_start + sum_j W[L-1, j] k_j [k_j | v_j]^T). Every exponent is a
     difference <= 0 (docs/background.md, section 14). The solve and its gradient are one
-    autograd node (`_RegularisedSolve`)."""
+    autograd node (`_RegularisedSolve`). One chunk from the empty state (`state` None) reads
+    no start state."""
     B, H, T, D = q.shape
     n, Dv = T // L, v.shape[-1]
     qc, kc, vc = q.view(B, H, n, L, D), k.view(B, H, n, L, D), v.view(B, H, n, L, Dv)
@@ -153,7 +153,12 @@ def mesa_block(
     decayed = kc * W[..., -1, :].unsqueeze(-1)  # exp(c_end - c_j) b_j k_j
     added_kk, added_kv = decayed.mT @ kc, decayed.mT @ vc  # [B, H, n, D, D | Dv]
     end = gate_exp(c[..., -1])[..., None, None]  # [B, H, n, 1, 1]
-    H_kk, H_kv = state
+    lamb = lamb.view(H, 1, 1, D)
+    if state is None and n == 1:
+        x = _RegularisedSolve.apply(W, kc, qc, lamb, None, start)
+        o = ((x @ kc.mT) * W) @ vc
+        return o.reshape(B, H, T, Dv), (added_kk[:, :, 0], added_kv[:, :, 0])
+    H_kk, H_kv = state if state is not None else (q.new_zeros(B, H, D, D), q.new_zeros(B, H, D, Dv))
     starts_kk, starts_kv = [], []
     for i in range(n):
         starts_kk.append(H_kk)
@@ -161,7 +166,7 @@ def mesa_block(
         H_kk = end[:, :, i] * H_kk + added_kk[:, :, i]
         H_kv = end[:, :, i] * H_kv + added_kv[:, :, i]
     start_kk, start_kv = torch.stack(starts_kk, 2), torch.stack(starts_kv, 2)
-    x = _RegularisedSolve.apply(W, kc, qc, lamb.view(H, 1, 1, D), start_kk, start)
+    x = _RegularisedSolve.apply(W, kc, qc, lamb, start_kk, start)
     o = ((x @ kc.mT) * W) @ vc + start.unsqueeze(-1) * (x @ start_kv)
     return o.reshape(B, H, T, Dv), (H_kk, H_kv)
 
@@ -178,13 +183,15 @@ class _RegularisedSolve(torch.autograd.Function):
         dlamb = -sum_i g_i * x_i,   dstart_i = -g_i^T H_kk0 x_i,   dH_kk0 = -sum_i start_i g_i x_i^T
 
     Shapes: W [B, H, n, L, L], k, q [B, H, n, L, D], lamb [H, 1, 1, D], H_kk0 [B, H, n, D, D]
-    (each chunk's start), start [B, H, n, L] -> x [B, H, n, L, D]."""
+    (each chunk's start, or None: zero), start [B, H, n, L] -> x [B, H, n, L, D]."""
 
     @staticmethod
     def forward(ctx, W, k, q, lamb, H_kk0, start):  # noqa: ANN001, ANN205
         D = k.shape[-1]
         outer = (k.unsqueeze(-1) * k.unsqueeze(-2)).flatten(-2)  # [..., L, D * D]
-        A = (W @ outer).unflatten(-1, (D, D)) + start[..., None, None] * H_kk0.unsqueeze(-3)
+        A = (W @ outer).unflatten(-1, (D, D))
+        if H_kk0 is not None:  # None: the empty start state
+            A = A + start[..., None, None] * H_kk0.unsqueeze(-3)
         A.diagonal(dim1=-2, dim2=-1).add_(lamb)
         factor, info = torch.linalg.cholesky_ex(A)
         if not torch.compiler.is_compiling() and bool(info.any()):
@@ -206,6 +213,8 @@ class _RegularisedSolve(torch.autograd.Function):
         dW = -(P * Q)
         dk = -((W * Q).mT @ g + (W * P).mT @ x)
         dlamb = (-(g * x)).sum_to_size(ctx.lamb_shape)
+        if H_kk0 is None:
+            return dW, dk, g, dlamb, None, None
         dstart = -(g * (x @ H_kk0.mT)).sum(-1)
         dH_kk0 = -(g * start[..., None]).mT @ x
         return dW, dk, g, dlamb, dH_kk0, dstart

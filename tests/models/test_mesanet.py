@@ -93,6 +93,22 @@ def test_mesa_attention_is_the_recurrence_forward_and_backward(
         torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize(("mode", "chunk_size"), [("chunk", 64), ("chunk", 4), ("parallel", 8)])
+def test_mesa_attention_from_the_empty_state_forward_and_backward(
+    mode: str, chunk_size: int
+) -> None:
+    """No state given or returned (one chunk reads no start state; several start from
+    zero): outputs and gradients are the step loop's."""
+    leaves = [x.requires_grad_() for x in mesa_inputs(13, seed=7)]
+    expected, _ = mesa_steps(*leaves)
+    o = mesa_attention(*leaves, mode=mode, chunk_size=chunk_size)
+    torch.testing.assert_close(o, expected, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(o.sin().sum(), leaves)
+    grads_expected = torch.autograd.grad(expected.sin().sum(), leaves)
+    for grad, grad_expected in zip(grads, grads_expected, strict=True):
+        torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_mesa_attention_split_and_continued_is_the_whole_sequence(mode: str) -> None:
     inputs = mesa_inputs(41, seed=3)

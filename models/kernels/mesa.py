@@ -199,7 +199,7 @@ class _RegularisedSolve(torch.autograd.Function):
                 "H_kk + diag(lamb) is not positive definite: the initial H_kk must be"
                 " positive semi-definite (as every state mesa_attention returns)"
             )
-        x = torch.cholesky_solve(q.unsqueeze(-1), factor).squeeze(-1)
+        x = _cholesky_solve(factor, q)
         ctx.save_for_backward(W, k, x, factor, H_kk0, start)
         ctx.lamb_shape = lamb.shape
         return x
@@ -208,7 +208,7 @@ class _RegularisedSolve(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dx):  # noqa: ANN001, ANN205
         W, k, x, factor, H_kk0, start = ctx.saved_tensors
-        g = torch.cholesky_solve(dx.unsqueeze(-1), factor).squeeze(-1)
+        g = _cholesky_solve(factor, dx)
         P, Q = g @ k.mT, x @ k.mT  # [B, H, L, L]: g_i . k_j and x_i . k_j
         dW = -(P * Q)
         dk = -((W * Q).mT @ g + (W * P).mT @ x)
@@ -218,3 +218,10 @@ class _RegularisedSolve(torch.autograd.Function):
         dstart = -(g * (x @ H_kk0.mT)).sum(-1)
         dH_kk0 = -(g * start[..., None]).mT @ x
         return dW, dk, g, dlamb, dH_kk0, dstart
+
+
+def _cholesky_solve(factor: Tensor, b: Tensor) -> Tensor:
+    """x = (F F^T)^{-1} b by two triangular solves (F lower-triangular [..., D, D], b [..., D]),
+    faster on CPU than `torch.cholesky_solve` on a batch of small systems."""
+    y = torch.linalg.solve_triangular(factor, b.unsqueeze(-1), upper=False)
+    return torch.linalg.solve_triangular(factor.mT, y, upper=True).squeeze(-1)

@@ -14,9 +14,12 @@ specification) beside its faster forms (docs/background.md, section 5):
     gated_delta_rule.py  gated_delta_rule (Gated DeltaNet)
     dplr.py              gated_dplr (the gated DPLR rule: RWKV-7), kda_rule (KDA)
     log_linear.py        log_linear_attention (log-linear Mamba-2: a Fenwick tree of states)
+    mesa.py              mesa_attention (MesaNet: a regularised least-squares read-out)
+    conjugate_gradient.py  conjugate_gradient (fla's fixed-step solver for MesaNet's system)
 """
 
 from models.kernels.common import MODES, check_mode
+from models.kernels.conjugate_gradient import conjugate_gradient
 from models.kernels.delta_rule import delta_rule
 from models.kernels.dplr import gated_dplr, kda_rule
 from models.kernels.gated_delta_rule import gated_delta_rule
@@ -30,14 +33,17 @@ from models.kernels.linear import (
 )
 from models.kernels.linear_chunk import normalized
 from models.kernels.log_linear import log_linear_attention
+from models.kernels.mesa import MesaState, mesa_attention
 from models.kernels.rwkv4 import WKVState, rwkv4_wkv
 from models.kernels.softmax import softmax_attention
 
 __all__ = [
     "MODES",
     "LinearState",
+    "MesaState",
     "WKVState",
     "check_mode",
+    "conjugate_gradient",
     "delta_rule",
     "gated_delta_rule",
     "gated_dplr",
@@ -46,6 +52,7 @@ __all__ = [
     "linear_attention",
     "linear_attention_cumsum",
     "log_linear_attention",
+    "mesa_attention",
     "normalized",
     "rwkv4_wkv",
     "softmax_attention",

@@ -10,6 +10,7 @@ from models.mixers import (  # noqa: F401
     kernel_attention,
     log_linear_mamba2,
     mamba2,
+    mesanet,
     retnet,
     rwkv,
     rwkv7,

@@ -59,6 +59,9 @@ CASES = [
     ("gated_deltaproduct", {}, 64, 2 * (D_MODEL // 2)),
     ("gated_deltaproduct", {"num_householder": 3}, 64, 2 * (D_MODEL // 2)),
     ("gated_deltaproduct", {"num_householder": 1, "head_k_dim": 4}, 64, 2 * 4),
+    # MesaNet: values enter only H_kv (d_k x d_v), so the solve against H_kk adds no direction
+    ("mesanet", {}, 64, 2 * (D_MODEL // 2)),
+    ("mesanet", {"head_k_dim": 4, "n_heads": 4}, 64, 4 * 4),
     ("softmax", {}, 64, 64),
     ("softmax", {}, 300, 300),
     ("sliding_window", {}, 64, 16),
@@ -85,18 +88,24 @@ KNOBS = [
     ("mamba2", "d_state", 4, {}),
     ("mamba2", "d_state", 16, {"n_groups": 2}),
     ("linear", "feature_dim", 4, {}),
+    ("mesanet", "head_k_dim", 3, {}),
+    ("mesanet", "head_k_dim", 6, {"conv_size": 0}),
 ]
 
 
 def expected_state(name: str, knob: int, params: dict) -> tuple[int, int]:
     """(mixer floats, conv-window floats) per layer from the constructor's settings: matrix
-    state per head d_k x d_v (Mamba-2: d_state x expand d_model / H), plus the mixer's own
-    convolution over its q, k, v (Mamba-2: x, B, C) channels, (kernel - 1) each."""
+    state per head d_k x d_v (Mamba-2: d_state x expand d_model / H; MesaNet also d_k x d_k),
+    plus the mixer's own convolution over its q, k, v (Mamba-2: x, B, C; MesaNet: q, k)
+    channels, (kernel - 1) each."""
     heads = params.get("n_heads", 2)
     kernel = params.get("conv_size", 4)
     window = kernel - 1 if kernel else 0
     if name == "linear":
         return heads * (knob * D_MODEL // heads + knob), 0
+    if name == "mesanet":  # H_kk d_k x d_k and H_kv d_k x d_v per head; q, k convolved
+        dv = D_MODEL // heads
+        return heads * (knob * knob + knob * dv), window * 2 * heads * knob
     if name == "mamba2":
         inner, groups = 2 * D_MODEL, params.get("n_groups", 1)
         return heads * knob * inner // heads, window * (inner + 2 * groups * knob)

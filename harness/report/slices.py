@@ -137,7 +137,7 @@ def copy_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Fig
     lengths = partial(slice_values, name="copy_len")
     for ax, (task, values) in zip(axes, layout, strict=True):
         mine = copy[in_panel(copy, task, values)]
-        draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len", log_x=False)
+        draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len")
         draw_baselines(ax, mine, None, look.coinciding(baseline_curves(copy, None)))
         ax.set_xlabel(look.AXIS_TITLES["copy_len"])
         look.accuracy_axis(ax)

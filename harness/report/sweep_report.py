@@ -72,24 +72,17 @@ def description_of(sweep: Path) -> dict:
 
 def wandb_mode_of(description: dict, requested: str) -> str:
     """`auto`: the sweep's own W&B mode (`disabled` when it ran with `logger=none`)."""
+    logger = description.get("logger") or {}
     if requested != "auto":
         return requested
-    logger = description.get("logger") or {}
-    if logger.get("name") == "none":
-        return "disabled"
-    return logger.get("mode") or "offline"
+    return "disabled" if logger.get("name") == "none" else logger.get("mode") or "offline"
 
 
 def task_axes(frame: pd.DataFrame, point_keys: list[str]) -> list[str]:
     """Varied numeric task parameters besides the length (`task.num_kv_pairs`, ...): each
     gets its own accuracy figure, the length has one already."""
-    return [
-        key
-        for key in point_keys
-        if key.startswith("task.")
-        and key != "task.seq_len"
-        and all(is_real(v) and v > 0 for v in frame[key] if not missing(v))
-    ]
+    numeric = lambda k: all(is_real(v) and v > 0 for v in frame[k] if not missing(v))  # noqa: E731
+    return [k for k in point_keys if k.startswith("task.") and k != "task.seq_len" and numeric(k)]
 
 
 def variants(
@@ -204,22 +197,11 @@ def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str
 def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
     """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
     mode = wandb_mode_of(description, wandb_mode)
-    if mode == "disabled":
-        return
-    from harness.records.wandb_run import log_report
+    if mode != "disabled":
+        from harness.records.wandb_run import log_report
 
-    tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
-    folder = log_report(sweep, out, description, mode, tables, figures)
-    print(f"W&B ({mode}): {folder}")
-
-
-def print_console(table: list[dict], lines: list[str], problems: list[dict]) -> None:
-    """The table, the notes and verdicts, and each job that did not finish, on stdout."""
-    print_table(table)
-    for line in lines:
-        print(line)
-    for problem in problems:
-        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+        tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+        print(f"W&B ({mode}): {log_report(sweep, out, description, mode, tables, figures)}")
 
 
 def read(
@@ -270,7 +252,10 @@ def report(
         out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
         threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
     )  # fmt: skip
-    print_console(table, [*notes, *summary], problems)
+    print_table(table)
+    failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
+    for line in [*notes, *summary, *failed]:
+        print(line)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
     if laws:

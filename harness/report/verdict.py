@@ -124,23 +124,16 @@ def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[st
     chance = [p for p in floor if below_floor(p) == "chance"]
     between = [p for p in floor if below_floor(p) == "between"]
     floor = [p for p in floor if below_floor(p) is None]
-    if chance:
-        lines.append(
-            f"At chance (not even the answer tokens learned): {listed(chance)}. Check the "
-            "learning rate (optim.lr) and the step budget (trainer.max_steps) before reading "
-            "these as limits."
-        )
-    if between:
-        lines.append(
-            "Between chance and the binding-free floor (learning which tokens answer): "
-            f"{listed(between)}. Give them more steps (trainer.max_steps)."
-        )
-    if floor:
-        lines.append(
-            f"At the binding-free floor (no retrieval learned): {listed(floor)}. A recall "
-            "model sits at the floor for an unpredictable number of steps before it jumps: "
-            "try another optim.lr or a larger trainer.max_steps before reading it as capacity."
-        )
+    findings = [
+        (chance, "At chance (not even the answer tokens learned): {}. Check the learning rate "
+         "(optim.lr) and the step budget (trainer.max_steps) before reading these as limits."),
+        (between, "Between chance and the binding-free floor (learning which tokens answer): "
+         "{}. Give them more steps (trainer.max_steps)."),
+        (floor, "At the binding-free floor (no retrieval learned): {}. A recall model sits at the "
+         "floor for an unpredictable number of steps before it jumps: try another optim.lr or a "
+         "larger trainer.max_steps before reading it as capacity."),
+    ]  # fmt: skip
+    lines += [text.format(listed(found)) for found, text in findings if found]
     rising = [
         p
         for p in ok
@@ -153,12 +146,12 @@ def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[st
             f"Still improving when the budget ran out: {listed(rising)}. Raise "
             f"trainer.max_steps to read their final accuracy{then}."
         )
-    diverged = [p for p in points if p.status == "diverged"]
-    if diverged:
-        lines.append(f"Diverged: {listed(diverged)}. Lower optim.lr.")
-    failed = [p for p in points if p.status == "failed"]
-    if failed:
-        lines.append(f"Failed: {listed(failed)}: see the failed jobs below.")
+    for status, then in (
+        ("diverged", ". Lower optim.lr."),
+        ("failed", ": see the failed jobs below."),
+    ):
+        if found := [p for p in points if p.status == status]:
+            lines.append(f"{status.capitalize()}: {listed(found)}{then}")
     cells = sorted(
         (p for p in points if p.capacity),
         key=lambda p: (model_order(p.model), [sort_key(v) for v in p.params.values()]),

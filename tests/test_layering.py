@@ -94,12 +94,11 @@ def test_harness_keeps_few_flat_modules() -> None:
 @pytest.mark.parametrize("package", ("models", "tasks"))
 def test_registered_modules_do_not_import_their_package_back(package: str) -> None:
     """Each registered module takes `register` from its package's registry module, so that the
-    package's `__init__` imports its modules and none imports the package back."""
-    offences = [
-        str(path.relative_to(REPO))
-        for path in sorted((REPO / package).rglob("*.py"))
-        if path.name != "__init__.py" and package in imported_modules(path)
-    ]
+    package's `__init__` imports its modules and none imports the package back (entry points
+    such as `python -m models` or `tasks.export`, which register nothing, may)."""
+    registering = [p for p in sorted((REPO / package).rglob("*.py")) if "@register(" in p.read_text()]
+    offences = [str(p.relative_to(REPO)) for p in registering if package in imported_modules(p)]
+    assert registering
     assert not offences
 
 

@@ -96,7 +96,8 @@ def test_registered_modules_do_not_import_their_package_back(package: str) -> No
     """Each registered module takes `register` from its package's registry module, so that the
     package's `__init__` imports its modules and none imports the package back (entry points
     such as `python -m models` or `tasks.export`, which register nothing, may)."""
-    registering = [p for p in sorted((REPO / package).rglob("*.py")) if "@register(" in p.read_text()]
+    modules = sorted((REPO / package).rglob("*.py"))
+    registering = [p for p in modules if "@register(" in p.read_text()]
     offences = [str(p.relative_to(REPO)) for p in registering if package in imported_modules(p)]
     assert registering
     assert not offences

@@ -222,7 +222,7 @@ def panel_axes(ax, task: str, values: dict, x: str, single: bool) -> None:
 
 
 def accuracy_figure(
-    frame: pd.DataFrame, keys: list[str], spec: FigureSpec, title: str, subtitle: str = ""
+    frame: pd.DataFrame, keys: list[str], spec: FigureSpec, subtitle: str = ""
 ) -> Figure | None:
     """Test accuracy against the spec's x (a parameter, or the state), log2, a panel per value
     of its `panels`, its `ticks` under the x values (or beside each point where they differ
@@ -252,7 +252,31 @@ def accuracy_figure(
         panel_axes(ax, task, values, x, len(layout) == 1)
     if len(layout) > 1:
         fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
-    finish(fig, frame, title, frame[~placed], subtitle, x=x)
+    title = "state size" if x == STATE_FLOATS else look.short(x)
+    finish(fig, frame, f"Accuracy against {title}", frame[~placed], subtitle, x=x)
+    return fig
+
+
+def sliced_figure(frame: pd.DataFrame, keys: list[str], key: str, values, title: str,
+                  subtitle: str) -> Figure:  # fmt: skip
+    """Accuracy against one slice of each ok point's test set (`values(point)`: {value: its
+    seeds' mean}, the x `key`), a panel per value of `keys`. Test lengths (`test_length`) on a
+    log2 axis with the training length dotted; else a linear axis, the points not ok listed
+    under the figure."""
+    layout, lengths = panels(frame, keys), key == "test_length"
+    fig, axes = look.grid(len(layout))
+    for ax, (task, panel) in zip(axes, layout, strict=True):
+        mine = frame[in_panel(frame, task, panel)]
+        draw_models(ax, sliced(mine, key, values), key)
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(frame, None)))
+        if lengths:
+            for length in {n for n in mine["seq_len"] if not missing(n)}:
+                ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
+            look.log2_axis(ax, [n for _, p in frame.iterrows() for n in values(p)], "length")
+        panel_axes(ax, task, panel, key, True)
+    unplaced = frame.iloc[:0] if lengths else frame[frame["status"] != OK]
+    drawn = pd.concat([sliced(frame, key, values), unplaced])
+    finish(fig, drawn, title, unplaced, subtitle, train_length=lengths)
     return fig
 
 
@@ -265,16 +289,6 @@ def length_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> F
     )
     if tested.empty:
         return None
-    layout = panels(tested, keys)
-    fig, axes = look.grid(len(layout))
-    for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = tested[in_panel(tested, task, values)]
-        draw_models(ax, sliced(mine, "test_length", by_length), "test_length")
-        for length in {n for n in mine["seq_len"] if not missing(n)}:
-            ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
-        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(tested, None)))
-        look.log2_axis(ax, [n for _, p in tested.iterrows() for n in by_length(p)], "length")
-        panel_axes(ax, task, values, "test_length", True)
-    drawn = sliced(tested, "test_length", by_length)
-    finish(fig, drawn, "Accuracy against test length", drawn.iloc[:0], subtitle, train_length=True)
-    return fig
+    return sliced_figure(
+        tested, keys, "test_length", by_length, "Accuracy against test length", subtitle
+    )

@@ -54,21 +54,6 @@ def readout_label(rows: list[dict]) -> str:
     return f"{name} " + ", ".join(f"{shown(r, 'n90')} ({r.get('verdict')})" for r in readouts)
 
 
-def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) -> None:
-    """One panel: each point's curve and seeds, the baselines, the threshold's level."""
-    for index, point in enumerate(
-        sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
-    ):
-        seeds = seeds_of(point, rows, point_keys)
-        draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
-    draw_load_baselines(ax, mine, load, handles)
-    look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
-    ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
-    ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
-    look.accuracy_axis(ax)
-    ax.set_title(mine[0].model if several else "", fontsize=10)
-
-
 def load_figure(
     frame: pd.DataFrame, point_keys: list[str], rows: list[dict], threshold: float
 ) -> Figure | None:
@@ -86,7 +71,17 @@ def load_figure(
     fig, axes = look.grid(len(layout))
     handles: dict[str, Line2D] = {}
     for ax, mine in zip(axes, layout, strict=True):
-        load_panel(ax, mine, rows, point_keys, load, several, threshold, handles)
+        for index, point in enumerate(
+            sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
+        ):
+            seeds = seeds_of(point, rows, point_keys)
+            draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
+        draw_load_baselines(ax, mine, load, handles)
+        look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
+        ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
+        ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
+        look.accuracy_axis(ax)
+        ax.set_title(mine[0].model if several else "", fontsize=10)
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[look.HOLLOW] = look.legend_entry(look.HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({look.AXIS_TITLES.get(f'task.{load}', load)})"

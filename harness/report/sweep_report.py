@@ -40,7 +40,7 @@ from harness.report.frame import (
     varied,
 )
 from harness.report.load_curve import load_figure
-from harness.report.look import save, short
+from harness.report.look import save
 from harness.report.page import write_page
 from harness.report.plain_table import print_table, write_csv
 from harness.report.provenance import provenance
@@ -68,14 +68,6 @@ def description_of(sweep: Path) -> dict:
         "experiment": OmegaConf.select(config, "hydra.runtime.choices.experiment"),
         "logger": logger,
     }
-
-
-def wandb_mode_of(description: dict, requested: str) -> str:
-    """`auto`: the sweep's own W&B mode (`disabled` when it ran with `logger=none`)."""
-    logger = description.get("logger") or {}
-    if requested != "auto":
-        return requested
-    return "disabled" if logger.get("name") == "none" else logger.get("mode") or "offline"
 
 
 def task_axes(frame: pd.DataFrame, point_keys: list[str]) -> list[str]:
@@ -165,16 +157,12 @@ def draw(
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
         ACCURACY_FIGURE: lambda spec: accuracy_figure(
-            *variants(frame, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
+            *variants(frame, point_keys, spec.hue), spec, subtitle
         ),
     }
     # the capacity figure first: a name outside the registry gets its colour there first
     drawn = {s.name: drawers[s.kind](s) for s in sorted(specs, key=lambda s: s.kind != "capacity")}
     return {s.name: drawn[s.name] for s in specs if drawn[s.name] is not None}
-
-
-def accuracy_title(spec: FigureSpec) -> str:
-    return "Accuracy against state size" if spec.x == STATE else f"Accuracy against {short(spec.x)}"
 
 
 def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
@@ -195,8 +183,11 @@ def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str
 
 
 def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
-    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
-    mode = wandb_mode_of(description, wandb_mode)
+    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode, and
+    `disabled` when it ran with `logger=none`)."""
+    logger, mode = description.get("logger") or {}, wandb_mode
+    if mode == "auto":
+        mode = "disabled" if logger.get("name") == "none" else logger.get("mode") or "offline"
     if mode != "disabled":
         from harness.records.wandb_run import log_report
 

@@ -56,16 +56,11 @@ def sliced(frame: pd.DataFrame, key: str, accuracies) -> pd.DataFrame:
     """Each ok point once per value of one slice of its test set (`accuracies(point)`: {value:
     its seeds' mean}), that accuracy as `test_acc` and the value as column `key`; the seeds'
     own accuracies per value are not recorded, so only the mean is drawn."""
+    ok = frame[frame["status"] == OK].to_dict("records")
+    mean = dict(std=None, seed_accs=[])
     rows = [
-        {
-            **p,
-            key: value,
-            "test_acc": acc,
-            "std": None,
-            "seed_accs": [],
-            "seeds": min(p["seeds"], 1),
-        }
-        for p in frame[frame["status"] == OK].to_dict("records")
+        {**p, **mean, key: value, "test_acc": acc, "seeds": min(p["seeds"], 1)}
+        for p in ok
         for value, acc in sorted(accuracies(p).items())
     ]
     return pd.DataFrame(rows, columns=[*frame.columns, key], dtype=object)
@@ -78,9 +73,8 @@ def tick_notes(frame: pd.DataFrame, x: str, together: list[str]) -> dict[str, st
         return {}
     text = frame.apply(lambda p: "\n".join(f"{look.short(k)}={p[k]}" for k in together[:2]), 1)
     notes = text.groupby(frame[x].map(lambda v: f"{float(v):g}")).unique()
-    return (
-        {} if len(notes) > 10 or (notes.map(len) > 1).any() else notes.map(lambda t: t[0]).to_dict()
-    )
+    shared = len(notes) <= 10 and (notes.map(len) == 1).all()
+    return notes.map(lambda t: t[0]).to_dict() if shared else {}
 
 
 def series(frame: pd.DataFrame, apart: list[str]) -> list[tuple[str, str, pd.DataFrame]]:
@@ -124,10 +118,10 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list) -> None:
 
 def draw_models(ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False) -> None:
     """One line per model and `apart` value (`series`, `draw_line`), each ok point's note (its
-    `annotate` values; one text at one place written once), an x at the bottom with the reason
-    for each point not ok. `dodge` (log x): a point of another model at one place is moved
-    right (`DODGE`), softmax never."""
-    placed, dodged = set(), []
+    `annotate` values; one text at one place written once, another a line lower), an x at the
+    bottom with the reason for each point not ok. `dodge` (log x): a point of another model at
+    one place is moved right (`DODGE`), softmax never."""
+    placed, dodged = [], []
     for model, note, mine in series(frame, list(apart)):
         mine = mine.iloc[sorted(range(len(mine)), key=lambda i: sort_key(mine.iloc[i][x]))]
         name = f"{model} {note}" if note else model
@@ -142,15 +136,18 @@ def draw_models(ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=Fa
         for _, p in mine[good | (mine["status"] != OK)].iterrows():
             values = [f"{look.short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
             text = ", ".join(filter(None, [note, *values])) if p["status"] == OK else p["note"]
-            y, colour = (p["test_acc"], "dimgrey") if p["status"] == OK else (-0.03, None)
+            y, colour = (
+                (p["test_acc"], "dimgrey") if p["status"] == OK else (-0.03, look.colour(model))
+            )
             if p["status"] != OK:
-                colour = look.colour(model)
                 ax.plot(
                     p[x], y, marker="x", color=colour, markersize=9, mew=2, gid=f"not ok:{name}"
                 )
-            if text and (p[x], round(y / 0.06), text) not in placed:
-                placed.add((p[x], round(y / 0.06), text))
-                ax.annotate(text, (p[x], y), textcoords="offset points", xytext=(4, 7),
+            near = [t for t, px, py in placed if px == p[x] and abs(py - y) < 0.06]
+            if text and text not in near:  # another text at one place: a line lower
+                placed.append((text, p[x], y))
+                offset = (4, 7 - 8 * len(near))
+                ax.annotate(text, (p[x], y), textcoords="offset points", xytext=offset,
                             fontsize=6, zorder=6, color=colour)  # fmt: skip
 
 
@@ -158,10 +155,9 @@ def baseline_curves(frame: pd.DataFrame, x: str | None) -> dict[str, dict]:
     """Each baseline's value at every (task, x, point) of the figure: what `coinciding` compares."""
     curves: dict[str, dict] = {}
     for _, p in frame.iterrows():
+        at = as_key([p["task"], p[x] if x else 0, p.get("params")])
         for name, value in baselines(p).items():
-            curves.setdefault(name, {})[as_key([p["task"], p[x] if x else 0, p.get("params")])] = (
-                value
-            )
+            curves.setdefault(name, {})[at] = value
     return curves
 
 

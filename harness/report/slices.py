@@ -11,12 +11,11 @@ from matplotlib.figure import Figure
 from harness.records.schema import OK
 from harness.report import look
 from harness.report.figures import in_panel, panels, sliced_figure
-from harness.report.frame import baselines, metrics, sort_key
+from harness.report.frame import baselines, prefixed, sort_key
 
 
 def slice_values(point: pd.Series | dict, name: str) -> dict[int, float]:
-    prefix = f"test/acc_by/{name}/"
-    return {int(k[len(prefix) :]): v for k, v in metrics(point).items() if k.startswith(prefix)}
+    return {int(k): v for k, v in prefixed(point, f"test/acc_by/{name}/").items()}
 
 
 def draw_cells(ax, ok: list[pd.Series], lengths: list):

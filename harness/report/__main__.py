@@ -11,19 +11,12 @@ def main() -> None:
     )
     parser.add_argument("sweep", type=Path, help="a multirun folder (or an outputs/ folder)")
     parser.add_argument("--out", type=Path, default=None, help="default: <sweep>/report")
-    parser.add_argument(
-        "--wandb",
-        default="auto",
-        choices=["auto", "offline", "online", "disabled"],
-        help="log the report to W&B; auto (default): as the sweep's jobs did",
-    )
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=None,
-        help="read every load curve at this accuracy (n80 at 0.8); default: the sweep's "
-        "capacity.threshold",
-    )
+    modes = ["auto", "offline", "online", "disabled"]
+    wandb = "log the report to W&B; auto (default): as the sweep's jobs did"
+    parser.add_argument("--wandb", default="auto", choices=modes, help=wandb)
+    threshold = "read every load curve at this accuracy (n80 at 0.8); default: the sweep's "
+    threshold += "capacity.threshold"
+    parser.add_argument("--threshold", type=float, default=None, help=threshold)
     args = parser.parse_args()
     if args.threshold is not None and not 0 < args.threshold <= 1:
         parser.error(f"--threshold={args.threshold} is invalid: must be in (0, 1]")

@@ -5,11 +5,9 @@ reader swept, the binding-free baselines (coinciding ones drawn once), each seed
 where there are three or fewer (beyond: error bars of one std), a hollow marker where a run
 had not converged, and an x at the bottom with the reason for a failed or diverged point."""
 
-import math
-import statistics
-from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib import patheffects
 from matplotlib.figure import Figure
@@ -29,35 +27,17 @@ from harness.report.frame import (
 
 HALO = [patheffects.Stroke(linewidth=3.2, foreground="white"), patheffects.Normal()]
 MARKED = 12
-"""Most markers on one line (beyond the ends of each converged or not-converged stretch)."""
+"""Most markers on one line: a longer line marks this many points spread evenly along it."""
 DODGE = 2**0.06
 """A point of another model at the same place is drawn this factor right (a log axis)."""
-
-
-def marker_indices(hollow: list[bool], xs: list[float], log_x: bool = True) -> list[int]:
-    """The indices of a line's points (x ascending) that get a look.marker: all up to `MARKED`; else
-    the nearest point to each of `MARKED` places spread evenly along x (log x on a log axis),
-    and the first and last point of every stretch of equal `hollow` (not converged)."""
-    n = len(hollow)
-    if n <= MARKED:
-        return list(range(n))
-    numbers = all(isinstance(x, int | float) for x in xs)
-    at = [float(i) for i in range(n)] if not numbers else [float(x) for x in xs]
-    at = [math.log(x) for x in at] if numbers and log_x and min(at) > 0 else at
-    places = [at[0] + (at[-1] - at[0]) * i / (MARKED - 1) for i in range(MARKED)]
-    even = {min(range(n), key=lambda i, t=t: abs(at[i] - t)) for t in places}
-    edges = {j for i in range(1, n) if hollow[i] != hollow[i - 1] for j in (i - 1, i)}
-    return sorted(even | edges)
 
 
 def panels(frame: pd.DataFrame, keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(task, {key: value}) of every panel, sorted numerically; a point without a value for a
     key belongs to every panel; a refused value opens no panel of its own."""
-    shown = (
-        frame[~frame["refused"].astype(bool)] if (~frame["refused"].astype(bool)).any() else frame
-    )
+    shown = frame[~frame["refused"].astype(bool)]
     seen = {}
-    for _, p in shown.iterrows():
+    for _, p in (shown if len(shown) else frame).iterrows():
         values = {k: p[k] for k in keys if not missing(p.get(k))}
         if len(values) == len(keys):
             seen[as_key([p["task"], values])] = (p["task"], values)
@@ -76,16 +56,11 @@ def sliced(frame: pd.DataFrame, key: str, accuracies) -> pd.DataFrame:
     """Each ok point once per value of one slice of its test set (`accuracies(point)`: {value:
     its seeds' mean}), that accuracy as `test_acc` and the value as column `key`; the seeds'
     own accuracies per value are not recorded, so only the mean is drawn."""
+    ok = frame[frame["status"] == OK].to_dict("records")
+    mean = dict(std=None, seed_accs=[])
     rows = [
-        {
-            **p,
-            key: value,
-            "test_acc": acc,
-            "std": None,
-            "seed_accs": [],
-            "seeds": min(p["seeds"], 1),
-        }
-        for p in frame[frame["status"] == OK].to_dict("records")
+        {**p, **mean, key: value, "test_acc": acc, "seeds": min(p["seeds"], 1)}
+        for p in ok
         for value, acc in sorted(accuracies(p).items())
     ]
     return pd.DataFrame(rows, columns=[*frame.columns, key], dtype=object)
@@ -94,63 +69,37 @@ def sliced(frame: pd.DataFrame, key: str, accuracies) -> pd.DataFrame:
 def tick_notes(frame: pd.DataFrame, x: str, together: list[str]) -> dict[str, str]:
     """The parameters swept together with `x` as one note under each x tick (`seq_len=64`),
     when every point at that x shares them and there are at most 10; else none."""
-    if x == STATE_FLOATS or not together:
+    if x == STATE_FLOATS or not together or frame.empty:
         return {}
-    notes: dict[str, set[str]] = defaultdict(set)
-    for _, p in frame.iterrows():
-        notes[f"{float(p[x]):g}"].add("\n".join(f"{look.short(k)}={p[k]}" for k in together[:2]))
-    if len(notes) > 10 or any(len(texts) > 1 for texts in notes.values()):
-        return {}
-    return {key: texts.pop() for key, texts in notes.items()}
+    text = frame.apply(lambda p: "\n".join(f"{look.short(k)}={p[k]}" for k in together[:2]), 1)
+    notes = text.groupby(frame[x].map(lambda v: f"{float(v):g}")).unique()
+    shared = len(notes) <= 10 and (notes.map(len) == 1).all()
+    return notes.map(lambda t: t[0]).to_dict() if shared else {}
 
 
 def series(frame: pd.DataFrame, apart: list[str]) -> list[tuple[str, str, pd.DataFrame]]:
     """(model, note, points) of each line: a model's points split by the `apart` values; its
     most common value is the model's line (no note), the others dashed with a note."""
-    notes = (
-        frame.apply(
-            lambda p: ", ".join(f"{look.short(k)}={p[k]}" for k in apart if not missing(p.get(k))),
-            axis=1,
-        )
-        if len(frame)
-        else pd.Series(dtype=object)
-    )
+    note = lambda p: ", ".join(f"{look.short(k)}={p[k]}" for k in apart if not missing(p.get(k)))  # noqa: E731
+    notes = frame.apply(note, axis=1) if len(frame) else pd.Series(dtype=object)
     out = []
     for model in sorted(set(frame["model"]), key=look.model_order):
         mine = notes[frame["model"] == model]
-        common = mine.value_counts(sort=True).index[0]
-        for note in sorted(dict.fromkeys(mine), key=lambda n: n != common):
-            out.append((model, "" if note == common else note, frame.loc[mine.index[mine == note]]))
+        common = mine.value_counts().index[0]
+        for text in sorted(dict.fromkeys(mine), key=lambda n: n != common):
+            out.append((model, "" if text == common else text, frame.loc[mine.index[mine == text]]))
     return out
 
 
-def label(ax, placed: list, text: str, x: float, y: float, **style) -> None:
-    """A point's label, once at (nearly) one place; a different text there a line lower."""
-    near = [t for t, px, py in placed if px == x and abs(py - y) < 0.06]
-    if text not in near:
-        placed.append((text, x, y))
-        ax.annotate(
-            text,
-            (x, y),
-            textcoords="offset points",
-            xytext=(4, 7 - 8 * len(near)),
-            fontsize=6,
-            zorder=6,
-            **style,
-        )
-
-
-def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool) -> None:
-    """A model's line through its ok points: error bars beyond `SEED_POINTS` seeds, markers at
-    some points (`marker_indices`), the seeds as small points, hollow where not converged."""
-    kind, ys = look.line_look(model), list(ok["test_acc"].astype(float))
-    many = ok["seeds"] > look.SEED_POINTS
-    errors = list(ok["std"].where(many, 0.0).fillna(0.0).astype(float))
-    hollow = [c is False for c in ok["converged"]]
-    shown = marker_indices(hollow, xs, log_x)
+def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list) -> None:
+    """A model's line through its ok points: error bars beyond `SEED_POINTS` seeds, at most
+    `MARKED` markers spread along it, the seeds as small points, hollow where not converged."""
+    kind, ys, n = look.line_look(model), list(ok["test_acc"].astype(float)), len(xs)
+    errors = ok["std"].where(ok["seeds"] > look.SEED_POINTS, 0.0).fillna(0.0).astype(float)
+    shown = sorted(set(np.linspace(0, n - 1, min(n, MARKED)).round().astype(int).tolist()))
     mark = dict(color=look.colour(model), marker=look.marker(model))
+    bars = list(errors) if errors.any() else None
     dash = "--" if name != model else "-"
-    bars = errors if any(errors) else None
     line = ax.errorbar(xs, ys, bars, capsize=3, markevery=shown, linestyle=dash, **mark, **kind)
     line.lines[0].set_gid(f"model:{name}")
     if model != look.REFERENCE:
@@ -161,54 +110,54 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list, log_x: bool
     if seeds:
         xy = zip(*seeds, strict=True)
         ax.plot(*xy, markersize=3.5, alpha=0.7, zorder=top + 0.2, gid=f"seeds:{model}", **dots)
-    out = [i for i in shown if hollow[i]]
+    out = [i for i in shown if ok["converged"].iloc[i] is False]
     dots.update(markersize=kind["markersize"], markerfacecolor="white", zorder=top + 0.1)
     dots.update(markeredgecolor=mark["color"], gid=f"not converged:{name}")
     ax.plot([xs[i] for i in out], [ys[i] for i in out], **dots)
 
 
-def draw_models(
-    ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False, log_x=True
-) -> None:
+def draw_models(ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False) -> None:
     """One line per model and `apart` value (`series`, `draw_line`), each ok point's note (its
-    `annotate` values), an x at the bottom with the reason for each point not ok. `dodge` (log
-    x): a point of another model at one place is moved right (`DODGE`), softmax never."""
+    `annotate` values; one text at one place written once, another a line lower), an x at the
+    bottom with the reason for each point not ok. `dodge` (log x): a point of another model at
+    one place is moved right (`DODGE`), softmax never."""
     placed, dodged = [], []
     for model, note, mine in series(frame, list(apart)):
         mine = mine.iloc[sorted(range(len(mine)), key=lambda i: sort_key(mine.iloc[i][x]))]
         name = f"{model} {note}" if note else model
-        ok = mine[(mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))]
-        xs = list(ok[x])
+        good = (mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))
+        ok, xs = mine[good], list(mine[good][x])
         if dodge and model != look.REFERENCE:
             for i, (px, py) in enumerate(zip(ok[x], ok["test_acc"], strict=True)):
                 xs[i] = px * DODGE ** sum(q == px and abs(r - py) < 0.015 for q, r in dodged)
                 dodged.append((px, py))
         if len(ok):
-            draw_line(ax, model, name, ok, xs, log_x)
-        for _, p in mine.iterrows():
-            if p["status"] == OK and not missing(p["test_acc"]):
-                values = [f"{look.short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
-                if text := ", ".join(filter(None, [note, *values])):
-                    label(ax, placed, text, p[x], p["test_acc"], color="dimgrey")
-            elif p["status"] != OK:
+            draw_line(ax, model, name, ok, xs)
+        for _, p in mine[good | (mine["status"] != OK)].iterrows():
+            values = [f"{look.short(k)}={p[k]}" for k in annotate[:2] if not missing(p.get(k))]
+            text = ", ".join(filter(None, [note, *values])) if p["status"] == OK else p["note"]
+            y, colour = (
+                (p["test_acc"], "dimgrey") if p["status"] == OK else (-0.03, look.colour(model))
+            )
+            if p["status"] != OK:
                 ax.plot(
-                    p[x],
-                    -0.03,
-                    marker="x",
-                    color=look.colour(model),
-                    markersize=9,
-                    mew=2,
-                    gid=f"not ok:{name}",
+                    p[x], y, marker="x", color=colour, markersize=9, mew=2, gid=f"not ok:{name}"
                 )
-                label(ax, placed, p["note"], p[x], -0.03, color=look.colour(model))
+            near = [t for t, px, py in placed if px == p[x] and abs(py - y) < 0.06]
+            if text and text not in near:  # another text at one place: a line lower
+                placed.append((text, p[x], y))
+                offset = (4, 7 - 8 * len(near))
+                ax.annotate(text, (p[x], y), textcoords="offset points", xytext=offset,
+                            fontsize=6, zorder=6, color=colour)  # fmt: skip
 
 
 def baseline_curves(frame: pd.DataFrame, x: str | None) -> dict[str, dict]:
     """Each baseline's value at every (task, x, point) of the figure: what `coinciding` compares."""
-    curves: dict[str, dict] = defaultdict(dict)
+    curves: dict[str, dict] = {}
     for _, p in frame.iterrows():
+        at = as_key([p["task"], p[x] if x else 0, p.get("params")])
         for name, value in baselines(p).items():
-            curves[name][as_key([p["task"], p[x] if x else 0, p.get("params")])] = value
+            curves.setdefault(name, {})[at] = value
     return curves
 
 
@@ -216,30 +165,21 @@ def draw_baselines(ax, frame: pd.DataFrame, x: str | None, drawn: dict[str, str]
     """The baselines in `drawn`: flat where the panel's points agree (or x is the state), else
     along x (the mean of their distinct values at each x)."""
     for name in sorted(drawn):
-        values = frame.get(f"{BASELINE}{name}", pd.Series(dtype=object))
-        at = frame[x] if x else pd.Series(0, index=frame.index)
-        pairs = {(q, float(v)) for q, v in zip(at, values, strict=True) if not missing(v)}
-        if not pairs:
-            continue
         style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
-        flat = [v for _, v in pairs]
-        if max(flat) - min(flat) < 1e-9 or x in (None, STATE_FLOATS):
-            ax.axhline(statistics.fmean(flat), gid=f"baseline:{name}", **style)
+        at = frame[x] if x else pd.Series(0, index=frame.index)
+        values = frame.get(f"{BASELINE}{name}", pd.Series(None, index=frame.index, dtype=object))
+        pairs = pd.DataFrame({"x": at, "y": values}).dropna().astype({"y": float}).drop_duplicates()
+        if pairs.empty:
             continue
-        xs = sorted({q for q, _ in pairs}, key=sort_key)
-        ys = [statistics.fmean(v for q, v in pairs if q == here) for here in xs]
-        ax.plot(xs, ys, gid=f"baseline:{name}", **style)
+        if pairs["y"].max() - pairs["y"].min() < 1e-9 or x in (None, STATE_FLOATS):
+            ax.axhline(pairs["y"].mean(), gid=f"baseline:{name}", **style)
+            continue
+        mean = pairs.groupby("x")["y"].mean()
+        ax.plot(mean.index, mean.values, gid=f"baseline:{name}", **style)
 
 
-def finish(
-    fig,
-    frame: pd.DataFrame,
-    title: str,
-    unplaced: pd.DataFrame,
-    subtitle: str,
-    x=None,
-    train_length=False,
-) -> None:
+def finish(fig, frame: pd.DataFrame, title: str, unplaced: pd.DataFrame, subtitle: str, x=None,
+           train_length=False) -> None:  # fmt: skip
     """Title and budget, one legend (below one panel, beside several) naming every mark the
     figure has, and the points with no place on the x axis."""
     fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
@@ -262,17 +202,23 @@ def finish(
     one = sum(ax.get_visible() for ax in fig.axes) == 1  # beside one panel it would squeeze it
     where = dict(loc="outside lower center", ncols=2) if one else dict(loc="outside right center")
     fig.legend(handles=handles, fontsize=8, **where)
-    if len(unplaced):
-        notes = [
-            f"{p['model']} {look.describe(p['params'])}: {p['note']}"
-            for _, p in unplaced.iterrows()
-        ]
-        more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
+    notes = [
+        f"{p['model']} {look.describe(p['params'])}: {p['note']}" for _, p in unplaced.iterrows()
+    ]
+    more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
+    if notes:
         fig.text(0, -0.02, "not drawn: " + "; ".join(notes[:6]) + more, fontsize=7, va="top")
 
 
+def panel_axes(ax, task: str, values: dict, x: str, single: bool) -> None:
+    """A panel's accuracy axis, its title (task, panel values) and, alone, its x title."""
+    ax.set_xlabel(look.AXIS_TITLES.get(x, x) if single else "")
+    look.accuracy_axis(ax)
+    ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
+
+
 def accuracy_figure(
-    frame: pd.DataFrame, keys: list[str], spec: FigureSpec, title: str, subtitle: str = ""
+    frame: pd.DataFrame, keys: list[str], spec: FigureSpec, subtitle: str = ""
 ) -> Figure | None:
     """Test accuracy against the spec's x (a parameter, or the state), log2, a panel per value
     of its `panels`, its `ticks` under the x values (or beside each point where they differ
@@ -280,7 +226,7 @@ def accuracy_figure(
     None where x was not varied."""
     x = STATE_FLOATS if spec.x == STATE else spec.x
     data = frame[frame[x].map(lambda v: not missing(v))] if x in frame else frame.iloc[:0]
-    if data[x].map(as_key).nunique() < 2 if len(data) else True:
+    if data.empty or data[x].map(as_key).nunique() < 2:
         return None
     panel_keys, together = (
         [k for k in spec.panels if k in keys],
@@ -293,49 +239,52 @@ def accuracy_figure(
     for ax, (task, values) in zip(axes, layout, strict=True):
         inside = in_panel(data, task, values)
         placed |= inside.reindex(frame.index, fill_value=False)
-        mine = data[inside]
-        notes = tick_notes(mine, x, together)
-        draw_models(ax, mine, x, [] if notes else together, apart, dodge=True)
-        draw_baselines(ax, mine, x, look.coinciding(baseline_curves(frame, x)))
+        notes = tick_notes(data[inside], x, together)
+        draw_models(ax, data[inside], x, [] if notes else together, apart, dodge=True)
+        draw_baselines(ax, data[inside], x, look.coinciding(baseline_curves(frame, x)))
         look.log2_axis(ax, list(data[x]), "floats" if x == STATE_FLOATS else "length")
         if notes:
             ax.xaxis.set_major_formatter(lambda v, _, n=notes: f"{v:g}\n{n.get(f'{v:g}', '')}")
-        ax.set_xlabel(look.AXIS_TITLES.get(x, x) if len(layout) == 1 else "")
-        look.accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
+        panel_axes(ax, task, values, x, len(layout) == 1)
     if len(layout) > 1:
         fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
-    finish(fig, frame, title, frame[~placed], subtitle, x=x)
+    title = "state size" if x == STATE_FLOATS else look.short(x)
+    finish(fig, frame, f"Accuracy against {title}", frame[~placed], subtitle, x=x)
+    return fig
+
+
+def sliced_figure(frame: pd.DataFrame, keys: list[str], key: str, values, title: str,
+                  subtitle: str) -> Figure:  # fmt: skip
+    """Accuracy against one slice of each ok point's test set (`values(point)`: {value: its
+    seeds' mean}, the x `key`), a panel per value of `keys`. Test lengths (`test_length`) on a
+    log2 axis with the training length dotted; else a linear axis, the points not ok listed
+    under the figure."""
+    layout, lengths = panels(frame, keys), key == "test_length"
+    fig, axes = look.grid(len(layout))
+    for ax, (task, panel) in zip(axes, layout, strict=True):
+        mine = frame[in_panel(frame, task, panel)]
+        draw_models(ax, sliced(mine, key, values), key)
+        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(frame, None)))
+        if lengths:
+            for length in {n for n in mine["seq_len"] if not missing(n)}:
+                ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
+            look.log2_axis(ax, [n for _, p in frame.iterrows() for n in values(p)], "length")
+        panel_axes(ax, task, panel, key, True)
+    unplaced = frame.iloc[:0] if lengths else frame[frame["status"] != OK]
+    drawn = pd.concat([sliced(frame, key, values), unplaced])
+    finish(fig, drawn, title, unplaced, subtitle, train_length=lengths)
     return fig
 
 
 def length_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Figure | None:
     """Accuracy against test length from one run (`task.eval_seq_lens`), the training length
     dotted; one panel per value of the other varied parameters."""
+    lengths = frame.apply(lambda p: len(by_length(p)), axis=1) if len(frame) else frame.index
     tested = (
-        frame[
-            frame.apply(
-                lambda p: len(by_length(p)) > 1 or (p["status"] != OK and bool(by_length(p))),
-                axis=1,
-            )
-        ]
-        if len(frame)
-        else frame
+        frame[(lengths > 1) | ((lengths > 0) & (frame["status"] != OK))] if len(frame) else frame
     )
     if tested.empty:
         return None
-    layout = panels(tested, keys)
-    fig, axes = look.grid(len(layout))
-    for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = tested[in_panel(tested, task, values)]
-        draw_models(ax, sliced(mine, "test_length", by_length), "test_length")
-        for length in {n for n in mine["seq_len"] if not missing(n)}:
-            ax.axvline(length, color="grey", linewidth=1.2, linestyle=":", gid="train length")
-        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(tested, None)))
-        look.log2_axis(ax, [n for _, p in tested.iterrows() for n in by_length(p)], "length")
-        ax.set_xlabel(look.AXIS_TITLES["test_length"])
-        look.accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
-    drawn = sliced(tested, "test_length", by_length)
-    finish(fig, drawn, "Accuracy against test length", drawn.iloc[:0], subtitle, train_length=True)
-    return fig
+    return sliced_figure(
+        tested, keys, "test_length", by_length, "Accuracy against test length", subtitle
+    )

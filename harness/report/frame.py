@@ -124,15 +124,12 @@ def why_not_ok(rows: list[dict]) -> str:
     """One phrase for the failed and diverged rows of a point: `diverged at step 42`, or the
     first line of the first error."""
     steps = [r.get(f"train.{DIVERGED_AT_STEP}") for r in rows if r.get("status") == DIVERGED]
+    known = sorted(s for s in steps if s is not None)
     if steps:
-        known = sorted(s for s in steps if s is not None)
-        return "diverged" + (
-            f" at step{'s' * (len(known) > 1)} {', '.join(map(str, known))}" if known else ""
-        )
-    if not rows:
-        return ""
-    text = (rows[0].get("error") or "no error message").strip().splitlines()[0]
-    return "failed: " + (text if len(text) <= 90 else text[:87] + "...")
+        at = f" at step{'s' * (len(known) > 1)} {', '.join(map(str, known))}"
+        return "diverged" + (at if known else "")
+    text = (rows[0].get("error") or "no error message").strip().splitlines()[0] if rows else ""
+    return text and "failed: " + (text if len(text) <= 90 else text[:87] + "...")
 
 
 def points(rows: list[dict], point_keys: list[str]) -> pd.DataFrame:
@@ -186,10 +183,7 @@ def point_of(group: list[dict], point_keys: list[str]) -> dict[str, Any]:
     ]
     note = why_not_ok([r for r in group if r.get("status") != OK])
     point["note"] = f"{point['not_ok']} of {len(group)} seeds {note}" if ok and note else note
-    baselines = {
-        k[14:]: v for k, v in mean_metrics(group).items() if k.startswith("test/baseline/")
-    }
-    baselines = baselines or fallback_baselines(first)
+    baselines = prefixed(mean_metrics(group), "test/baseline/") or fallback_baselines(first)
     point.update({f"{BASELINE}{k}": v for k, v in baselines.items()})
     return point | mean_metrics(ok)
 
@@ -200,6 +194,13 @@ def mean_metrics(rows: list[dict]) -> dict[str, float]:
     return {k: v for k, v in means.items() if v is not None}
 
 
+def prefixed(point: pd.Series | dict, prefix: str) -> dict[str, Any]:
+    """A point's values whose key starts with `prefix`, keyed by the rest, gaps left out."""
+    return {
+        k[len(prefix) :]: v for k, v in point.items() if k.startswith(prefix) and not missing(v)
+    }
+
+
 def metrics(point: pd.Series | dict) -> dict[str, float]:
     """A point's metrics (`test/...`, `val/...`: its ok seeds' means), gaps left out."""
     return {k: v for k, v in point.items() if k.startswith(("test/", "val/")) and not missing(v)}
@@ -207,25 +208,18 @@ def metrics(point: pd.Series | dict) -> dict[str, float]:
 
 def baselines(point: pd.Series | dict) -> dict[str, float]:
     """A point's baselines by name (`BASELINE` columns), gaps left out."""
-    return {
-        k[len(BASELINE) :]: v for k, v in point.items() if k.startswith(BASELINE) and not missing(v)
-    }
+    return prefixed(point, BASELINE)
 
 
 def by_length(point: pd.Series | dict) -> dict[int, float]:
     """A point's accuracy at each test length (`task.eval_seq_lens`)."""
-    return {
-        int(k[len(LENGTH_PREFIX) :]): v
-        for k, v in metrics(point).items()
-        if k.startswith(LENGTH_PREFIX)
-    }
+    return {int(k): v for k, v in prefixed(point, LENGTH_PREFIX).items()}
 
 
 def fallback_baselines(row: dict) -> dict[str, float]:
     """Chance for a record without baselines: the task rebuilt from its parameters, scored by
     its own `baselines` (if it has them) on a generated set."""
-    params = {k[len("task.") :]: v for k, v in row.items() if k.startswith("task.")}
-    params.pop("eval_seq_lens", None)
+    params = {k: v for k, v in prefixed(row, "task.").items() if k != "eval_seq_lens"}
     chance = task_chance(row.get("task"), json.dumps(params, sort_keys=True))
     return {} if chance is None else {"chance": chance}
 

@@ -5,8 +5,6 @@ readouts read at the report's threshold (`harness.report.reread`). A hollow mark
 that had not converged (`look.HOLLOW`), as in every figure."""
 
 import textwrap
-from collections import defaultdict
-from statistics import stdev
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -56,29 +54,6 @@ def readout_label(rows: list[dict]) -> str:
     return f"{name} " + ", ".join(f"{shown(r, 'n90')} ({r.get('verdict')})" for r in readouts)
 
 
-def load_layout(curves: list[Point]) -> tuple[list[list[Point]], bool]:
-    """One panel when every model has one line; else one panel per model (and True)."""
-    models = sorted({p.model for p in curves}, key=look.model_order)
-    several = any(sum(p.model == m for p in curves) > 1 for m in models)
-    return ([[p for p in curves if p.model == m] for m in models] if several else [curves]), several
-
-
-def load_panel(ax, mine, rows, point_keys, load, several, threshold, handles) -> None:
-    """One panel: each point's curve and seeds, the baselines, the threshold's level."""
-    for index, point in enumerate(
-        sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
-    ):
-        seeds = seeds_of(point, rows, point_keys)
-        draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
-    draw_load_baselines(ax, mine, load, handles)
-    look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
-    ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
-    ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
-    look.accuracy_axis(ax)
-    if several:
-        ax.set_title(mine[0].model, fontsize=10)
-
-
 def load_figure(
     frame: pd.DataFrame, point_keys: list[str], rows: list[dict], threshold: float
 ) -> Figure | None:
@@ -90,26 +65,32 @@ def load_figure(
     if not curves:
         return None
     load = load_param(metrics(curves[0]))
-    layout, several = load_layout(curves)
+    models = sorted({p.model for p in curves}, key=look.model_order)
+    several = any(sum(p.model == m for p in curves) > 1 for m in models)
+    layout = [[p for p in curves if p.model == m] for m in models] if several else [curves]
     fig, axes = look.grid(len(layout))
     handles: dict[str, Line2D] = {}
     for ax, mine in zip(axes, layout, strict=True):
-        load_panel(ax, mine, rows, point_keys, load, several, threshold, handles)
+        for index, point in enumerate(
+            sorted(mine, key=lambda p: [sort_key(p.params.get(k)) for k in point_keys])
+        ):
+            seeds = seeds_of(point, rows, point_keys)
+            draw_curve(ax, point, seeds, load, index if several else 0, point_keys, handles)
+        draw_load_baselines(ax, mine, load, handles)
+        look.log2_axis(ax, [n for p in mine for n in accuracy_by_load(metrics(p), load)], "length")
+        ax.axhline(threshold, color="lightgrey", linewidth=0.8, zorder=0)
+        ax.set_xlabel(look.AXIS_TITLES.get(f"task.{load}", load) + " (tested)")
+        look.accuracy_axis(ax)
+        ax.set_title(mine[0].model if several else "", fontsize=10)
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[look.HOLLOW] = look.legend_entry(look.HOLLOW, marker="o", hollow=True)
     title = f"Accuracy against load ({look.AXIS_TITLES.get(f'task.{load}', load)})"
     band = any(len(seeds_of(p, rows, point_keys)) > 3 for p in curves)
-    subtitle = textwrap.fill(
-        load_curve_subtitle(rows, load, threshold, band), width=int(fig.get_figwidth() * 13)
-    )
+    subtitle = load_curve_subtitle(rows, load, threshold, band)
+    subtitle = textwrap.fill(subtitle, width=int(fig.get_figwidth() * 13))
     fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
-    fig.legend(
-        handles=list(handles.values()),
-        loc="outside lower center",
-        ncols=2,
-        fontsize=8,
-        handlelength=4,
-    )
+    where = dict(loc="outside lower center", ncols=2, fontsize=8, handlelength=4)
+    fig.legend(handles=list(handles.values()), **where)
     return fig
 
 
@@ -138,67 +119,43 @@ def draw_curve(
     """The seeds' mean through every tested load; with three seeds or fewer, each seed's
     accuracies as small markers (hollow where it had not converged); with more, a band of one
     sample std around the mean and hollow markers for the seeds that had not converged."""
-    mean = accuracy_by_load(metrics(point), load)
-    loads = sorted(mean)
-    dash = LINE_STYLES[index % len(LINE_STYLES)]
-    style = dict(color=look.colour(point.model), linewidth=1.6, linestyle=dash)
+    mean = pd.Series(accuracy_by_load(metrics(point), load)).sort_index()
+    colour, marker = look.colour(point.model), look.marker(point.model)
+    style = dict(color=colour, linewidth=1.6, linestyle=LINE_STYLES[index % len(LINE_STYLES)])
     if point.model == look.REFERENCE:  # the band other curves lie on, as in every figure
         style.update(linewidth=look.REFERENCE_LINE["linewidth"], alpha=look.REFERENCE_LINE["alpha"])
     params = {k: point.params.get(k) for k in point_keys if k != "seed"}
-    params = {k: v for k, v in params.items() if v is not None}
     label = " ".join(filter(None, [point.model, look.describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""
-    (line,) = ax.plot(loads, [mean[n] for n in loads], gid=f"model:{point.model}", **style)
-    handles[label] = look.legend_entry(label, marker=look.marker(point.model), **style)
-    curves = [accuracy_by_load(seed, load) for seed in seeds]
-    many = len(seeds) > 3
-    if many:
-        draw_spread(ax, mean, curves, style["color"])
-    for seed, curve in zip(seeds, curves, strict=True):
+    (line,) = ax.plot(mean.index, mean.values, gid=f"model:{point.model}", **style)
+    handles[label] = look.legend_entry(label, marker=marker, **style)
+    curves = pd.DataFrame([accuracy_by_load(seed, load) for seed in seeds]).sort_index(axis=1)
+    if len(seeds) > 3:  # the seeds' spread: a band of one sample std around their mean
+        spread = curves.reindex(columns=mean.index).std().fillna(0.0)
+        ax.fill_between(mean.index, mean - spread, mean + spread, color=colour, alpha=0.15, lw=0)
+    for seed, (_, curve) in zip(seeds, curves.iterrows(), strict=True):
         hollow = seed.get("capacity.training") not in (None, CONVERGED)
-        if many and not hollow:
-            continue  # beyond three seeds only the ones that had not converged are marked
-        ax.plot(
-            sorted(curve),
-            [curve[n] for n in sorted(curve)],
-            linestyle="none",
-            marker=look.marker(point.model),
-            markersize=5,
-            color=look.colour(point.model),
-            markerfacecolor="white" if hollow else look.colour(point.model),
-            alpha=0.8,
-            zorder=line.get_zorder() + 0.1,
-        )
-
-
-def draw_spread(ax, mean: dict[int, float], curves: list[dict[int, float]], color) -> None:
-    """The seeds' spread as a band of one sample std around their mean, at every load."""
-    loads = sorted(mean)
-    spread = [
-        stdev(v) if len(v) > 1 else 0.0 for v in ([c[n] for c in curves if n in c] for n in loads)
-    ]
-    low = [mean[n] - d for n, d in zip(loads, spread, strict=True)]
-    high = [mean[n] + d for n, d in zip(loads, spread, strict=True)]
-    ax.fill_between(loads, low, high, color=color, alpha=0.15, linewidth=0)
+        if len(seeds) <= 3 or hollow:  # beyond three seeds only the unconverged are marked
+            curve = curve.dropna()
+            ax.plot(curve.index, curve.values, linestyle="none", marker=marker, markersize=5,
+                    color=colour, markerfacecolor="white" if hollow else colour, alpha=0.8,
+                    zorder=line.get_zorder() + 0.1)  # fmt: skip
 
 
 def draw_load_baselines(ax, points: list[Point], load: str, handles) -> None:
-    """Each baseline along the load axis (the seeds' and points' mean); baselines equal at
+    """Each baseline along the load axis (the points' mean at each load); baselines equal at
     every load share one line and one legend entry."""
-    means: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for point in points:
-        for name, by_load in baselines_by_load(metrics(point), load).items():
-            for n, value in by_load.items():
-                means[name][n].append(value)
-    curves = {
-        name: {n: sum(v) / len(v) for n, v in by_load.items()} for name, by_load in means.items()
-    }
-    drawn = look.coinciding(curves)
-    for name in drawn:
-        curve = curves[name]
-        loads = sorted(curve)
-        style = dict(color="grey", linewidth=1, linestyle=look.BASELINE_STYLES.get(name, "-"))
-        ax.plot(loads, [curve[n] for n in loads], gid=f"baseline:{name}", **style)
-    for name, label in drawn.items():
+    found = [
+        (name, n, value)
+        for point in points
+        for name, by_load in baselines_by_load(metrics(point), load).items()
+        for n, value in by_load.items()
+    ]
+    means = pd.DataFrame(found, columns=["name", "load", "value"]).groupby(["name", "load"]).mean()
+    curves = {name: group.droplevel(0)["value"].to_dict() for name, group in means.groupby(level=0)}
+    for name, label in look.coinciding(curves).items():
         style = look.BASELINE_STYLES.get(name, "-")
+        loads = sorted(curves[name])
+        ax.plot(loads, [curves[name][n] for n in loads], color="grey", linewidth=1,
+                linestyle=style, gid=f"baseline:{name}")  # fmt: skip
         handles[f"baseline: {label}"] = look.legend_entry(f"baseline: {label}", linestyle=style)

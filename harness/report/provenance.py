@@ -30,32 +30,25 @@ def commit() -> str:
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    found = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return found[0] if found else platform.processor() or platform.machine()
 
 
 def gpus() -> str:
     import torch
 
-    if not torch.cuda.is_available():
-        return "none"
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return ", ".join(names)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ", ".join(torch.cuda.get_device_name(i) for i in range(count)) or "none"
 
 
 def versions() -> str:
     import lightning
     import torch
 
-    return (
-        f"Python {platform.python_version()}, torch {torch.__version__}, "
-        f"Lightning {lightning.__version__}"
-    )
+    python = platform.python_version()
+    return f"Python {python}, torch {torch.__version__}, Lightning {lightning.__version__}"
 
 
 def duration(seconds: float) -> str:

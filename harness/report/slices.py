@@ -10,56 +10,31 @@ from matplotlib.figure import Figure
 
 from harness.records.schema import OK
 from harness.report import look
-from harness.report.figures import (
-    baseline_curves,
-    draw_baselines,
-    draw_models,
-    finish,
-    in_panel,
-    panels,
-    sliced,
-)
-from harness.report.frame import baselines, metrics, sort_key
+from harness.report.figures import in_panel, panels, sliced_figure
+from harness.report.frame import baselines, prefixed, sort_key
 
 
 def slice_values(point: pd.Series | dict, name: str) -> dict[int, float]:
-    prefix = f"test/acc_by/{name}/"
-    return {int(k[len(prefix) :]): v for k, v in metrics(point).items() if k.startswith(prefix)}
-
-
-def no_ok_job(ax, mine: list[pd.Series], lengths: list) -> None:
-    """A panel whose model has no ok job: why, per length, instead of cells."""
-    ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))
-    reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
-    ax.text(
-        0.5, 0.5, f"no ok job\n{reasons}", ha="center", va="center", fontsize=8,
-        transform=ax.transAxes,
-    )  # fmt: skip
-    ax.set_xlim(-0.5, len(lengths) - 0.5)
-    ax.set_yticks([])
+    return {int(k): v for k, v in prefixed(point, f"test/acc_by/{name}/").items()}
 
 
 def draw_cells(ax, ok: list[pd.Series], lengths: list):
     """Depth x length cells of the ok points, each with its accuracy written in; the image."""
-    depths = sorted({d for p in ok for d in slice_values(p, "depth_bin")})
-    cells = np.full((len(depths), len(lengths)), np.nan)
-    for p in ok:
-        column = lengths.index(p.seq_len)
-        for depth, acc in slice_values(p, "depth_bin").items():
-            cells[depths.index(depth), column] = acc
-    image = ax.imshow(cells, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
-    for (row, column), value in np.ndenumerate(cells):
+    table = pd.DataFrame({p.seq_len: slice_values(p, "depth_bin") for p in ok})
+    table = table.reindex(columns=lengths).sort_index().astype(float)
+    image = ax.imshow(table.values, vmin=0, vmax=1, cmap="viridis", aspect="auto", origin="lower")
+    for (row, column), value in np.ndenumerate(table.values):
         text = "n/a" if np.isnan(value) else f"{value:.2f}".lstrip("0")
         shade = "black" if not np.isnan(value) and value > 0.6 else "white"
         ax.text(column, row, text, ha="center", va="center", fontsize=CELL_FONT, color=shade)
-    ax.set_yticks(range(len(depths)), [f"{d / 10:.1f}" for d in depths])
+    ax.set_yticks(range(len(table)), [f"{d / 10:.1f}" for d in table.index])
     ax.set_ylabel(look.AXIS_TITLES["depth_bin"])
     return image
 
 
 def needle_panel(ax, mine: list[pd.Series], title: str):
     """One model's panel: lengths as columns (`not converged` under a column whose run had
-    not converged), the cells or why there are none; the image, or None."""
+    not converged), the cells, or where it has no ok job why, per length; the image, or None."""
     lengths = sorted({p.seq_len for p in mine}, key=sort_key)
     ok = [p for p in mine if p.status == OK and slice_values(p, "depth_bin")]
     ax.set_title(title, fontsize=10)
@@ -67,10 +42,15 @@ def needle_panel(ax, mine: list[pd.Series], title: str):
     labels = [f"{n}\nnot converged" if n in unfinished else str(n) for n in lengths]
     ax.set_xticks(range(len(lengths)), labels)
     ax.set_xlabel(look.AXIS_TITLES["task.seq_len"])
-    if not ok:
-        no_ok_job(ax, mine, lengths)
-        return None
-    return draw_cells(ax, ok, lengths)
+    if ok:
+        return draw_cells(ax, ok, lengths)
+    ordered = sorted(mine, key=lambda p: sort_key(p.seq_len))  # no ok job: why, per length
+    reasons = "\n".join(f"T={p.seq_len}: {p.note or 'no depth slice'}" for p in ordered)
+    ax.text(0.5, 0.5, f"no ok job\n{reasons}", ha="center", va="center", fontsize=8,
+            transform=ax.transAxes)  # fmt: skip
+    ax.set_xlim(-0.5, len(lengths) - 0.5)
+    ax.set_yticks([])
+    return None
 
 
 def needle_heatmap(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Figure | None:
@@ -112,15 +92,11 @@ CELL_FONT = 8
 """Points: the heatmap's numbers stay readable where the page shows the figure at its size."""
 
 
-def floors(points: list[pd.Series]) -> list[float]:
-    """The binding-free floors of the points: each one's strongest baseline (two decimals)."""
-    return sorted({round(max(baselines(p).values()), 2) for p in points if baselines(p)})
-
-
 def mark_floors(bar, points: list[pd.Series]) -> None:
-    """A line across the colour scale at each binding-free floor, labelled `floor`: cells at
-    or below it retrieve nothing a binding-free strategy could not."""
-    for value in floors(points):
+    """A line across the colour scale at each binding-free floor (each point's strongest
+    baseline, two decimals), labelled `floor`: cells at or below it retrieve nothing a
+    binding-free strategy could not."""
+    for value in sorted({round(max(baselines(p).values()), 2) for p in points if baselines(p)}):
         bar.ax.axhline(value, color="red", linewidth=2, gid=f"floor:{value:g}")
         bar.ax.text(-0.1, value, f"floor {value:.2f}", color="red", fontsize=8, ha="right",
                     va="center", transform=bar.ax.get_yaxis_transform())  # fmt: skip
@@ -130,20 +106,8 @@ def copy_figure(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> Fig
     """Copy accuracy against the example's string length, one line per model; a failed or
     diverged job has no string lengths and is listed under the figure."""
     copy = frame[frame["task"] == "copy"]
-    if not any(len(slice_values(p, "copy_len")) > 1 for _, p in copy.iterrows()):
-        return None
-    layout = panels(copy, keys)
-    fig, axes = look.grid(len(layout))
     lengths = partial(slice_values, name="copy_len")
-    for ax, (task, values) in zip(axes, layout, strict=True):
-        mine = copy[in_panel(copy, task, values)]
-        draw_models(ax, sliced(mine, "copy_len", lengths), "copy_len", log_x=False)
-        draw_baselines(ax, mine, None, look.coinciding(baseline_curves(copy, None)))
-        ax.set_xlabel(look.AXIS_TITLES["copy_len"])
-        look.accuracy_axis(ax)
-        ax.set_title(" · ".join(filter(None, [task, look.describe(values)])), fontsize=10)
-    unplaced = copy[copy["status"] != OK]
-    drawn = pd.concat([sliced(copy, "copy_len", lengths), unplaced])
+    if not any(len(lengths(p)) > 1 for _, p in copy.iterrows()):
+        return None
     title = "Copying: accuracy against string length"
-    finish(fig, drawn, title, unplaced, subtitle)
-    return fig
+    return sliced_figure(copy, keys, "copy_len", lengths, title, subtitle)

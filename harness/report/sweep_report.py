@@ -40,7 +40,7 @@ from harness.report.frame import (
     varied,
 )
 from harness.report.load_curve import load_figure
-from harness.report.look import save, short
+from harness.report.look import save
 from harness.report.page import write_page
 from harness.report.plain_table import print_table, write_csv
 from harness.report.provenance import provenance
@@ -70,26 +70,11 @@ def description_of(sweep: Path) -> dict:
     }
 
 
-def wandb_mode_of(description: dict, requested: str) -> str:
-    """`auto`: the sweep's own W&B mode (`disabled` when it ran with `logger=none`)."""
-    if requested != "auto":
-        return requested
-    logger = description.get("logger") or {}
-    if logger.get("name") == "none":
-        return "disabled"
-    return logger.get("mode") or "offline"
-
-
 def task_axes(frame: pd.DataFrame, point_keys: list[str]) -> list[str]:
     """Varied numeric task parameters besides the length (`task.num_kv_pairs`, ...): each
     gets its own accuracy figure, the length has one already."""
-    return [
-        key
-        for key in point_keys
-        if key.startswith("task.")
-        and key != "task.seq_len"
-        and all(is_real(v) and v > 0 for v in frame[key] if not missing(v))
-    ]
+    numeric = lambda k: all(is_real(v) and v > 0 for v in frame[k] if not missing(v))  # noqa: E731
+    return [k for k in point_keys if k.startswith("task.") and k != "task.seq_len" and numeric(k)]
 
 
 def variants(
@@ -172,16 +157,12 @@ def draw(
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
         ACCURACY_FIGURE: lambda spec: accuracy_figure(
-            *variants(frame, point_keys, spec.hue), spec, accuracy_title(spec), subtitle
+            *variants(frame, point_keys, spec.hue), spec, subtitle
         ),
     }
     # the capacity figure first: a name outside the registry gets its colour there first
     drawn = {s.name: drawers[s.kind](s) for s in sorted(specs, key=lambda s: s.kind != "capacity")}
     return {s.name: drawn[s.name] for s in specs if drawn[s.name] is not None}
-
-
-def accuracy_title(spec: FigureSpec) -> str:
-    return "Accuracy against state size" if spec.x == STATE else f"Accuracy against {short(spec.x)}"
 
 
 def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str]:
@@ -202,24 +183,16 @@ def opening_notes(rows: list[dict], swept: list[str], lr_grid: bool) -> list[str
 
 
 def log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures) -> None:
-    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode)."""
-    mode = wandb_mode_of(description, wandb_mode)
-    if mode == "disabled":
-        return
-    from harness.records.wandb_run import log_report
+    """The report as one W&B run in the sweep's project (`auto`: the sweep's own mode, and
+    `disabled` when it ran with `logger=none`)."""
+    logger, mode = description.get("logger") or {}, wandb_mode
+    if mode == "auto":
+        mode = "disabled" if logger.get("name") == "none" else logger.get("mode") or "offline"
+    if mode != "disabled":
+        from harness.records.wandb_run import log_report
 
-    tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
-    folder = log_report(sweep, out, description, mode, tables, figures)
-    print(f"W&B ({mode}): {folder}")
-
-
-def print_console(table: list[dict], lines: list[str], problems: list[dict]) -> None:
-    """The table, the notes and verdicts, and each job that did not finish, on stdout."""
-    print_table(table)
-    for line in lines:
-        print(line)
-    for problem in problems:
-        print(f"{problem['status']}: {problem['job']}: {problem['error']}")
+        tables = {"table": table, "frontier": frontier_rows(rows), "problems": problems}
+        print(f"W&B ({mode}): {log_report(sweep, out, description, mode, tables, figures)}")
 
 
 def read(
@@ -270,7 +243,10 @@ def report(
         out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
         threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
     )  # fmt: skip
-    print_console(table, [*notes, *summary], problems)
+    print_table(table)
+    failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
+    for line in [*notes, *summary, *failed]:
+        print(line)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
     if laws:

@@ -90,12 +90,12 @@ def cell_columns(cells: pd.DataFrame, mixer: str, key: str) -> dict[str, Any]:
     found = cells[(cells["mixer"] == mixer) & (cells[CELL] == key)]
     if found.empty:
         return {"capacity_n90": None, "learnability": None, "restarts": None}
-    cell = found.iloc[0]
-    extra = int(cell["extra"])
+    cell, extra = found.iloc[0], int(found.iloc[0]["extra"])
+    restarts = f"{cell['restarts']}" + (f" (+{extra} outside the design)" if extra else "")
     return {
         "capacity_n90": capacity_shown(cell),
         "learnability": cell["learnability"],
-        "restarts": f"{cell['restarts']}" + (f" (+{extra} outside the design)" if extra else ""),
+        "restarts": restarts,
     }
 
 
@@ -104,12 +104,11 @@ def law_columns(
 ) -> dict[str, str | None]:
     """The mixer's exponent in the stack's rank bound R with its interval, on each estimand
     (`b n90 in R [90%] capacity`, `... typical`)."""
+    found = {e: laws.get((mixer, e)) for e in ESTIMANDS}
     name = level_name(threshold)
-    out = {}
-    for estimand in ESTIMANDS:
-        law = laws.get((mixer, estimand))
-        out[f"b {name} in R [90%] {estimand}"] = law.rank.shown() if law else None
-    return out
+    return {
+        f"b {name} in R [90%] {e}": law.rank.shown() if law else None for e, law in found.items()
+    }
 
 
 def frontier_rows(rows: list[dict]) -> list[dict]:
@@ -128,17 +127,10 @@ def frontier_rows(rows: list[dict]) -> list[dict]:
 
 def problem_rows(rows: list[dict], swept: list[str]) -> list[dict]:
     """Each failed or diverged job: what it ran (its swept values) and its error."""
-    out = []
-    for r in rows:
-        if r.get("status") == OK:
-            continue
-        values = {k: r.get(k) for k in ("task", "model", "task.seq_len", *swept) if k in r}
-        out.append(
-            {
-                "status": r.get("status"),
-                "job": " ".join(f"{k}={v}" for k, v in values.items()),
-                "error": r.get("error") or "",
-                "run_dir": r.get("run_dir") or "",
-            }
-        )
-    return out
+    shown = ("task", "model", "task.seq_len", *swept)
+    job = lambda r: " ".join(f"{k}={v}" for k, v in {k: r.get(k) for k in shown if k in r}.items())  # noqa: E731
+    return [
+        {"status": r.get("status"), "job": job(r), "error": r.get("error") or "",
+         "run_dir": r.get("run_dir") or ""}
+        for r in rows if r.get("status") != OK
+    ]  # fmt: skip

@@ -58,31 +58,23 @@ def advice(readouts: list[dict], largest: str) -> str:
             "not learned: every seed at the binding-free floor; try another optim.lr or a "
             "larger trainer.max_steps before reading it as capacity"
         )
-    tips = []
-    if why[FLOOR_AT_JUDGING_LOAD] or why[RISING_BELOW_JUDGING_LOAD]:
-        tips.append("raise trainer.max_steps for the training_limited seeds")
-    if any(
-        r.get("training") == STILL_RISING
+    training_limited = why[FLOOR_AT_JUDGING_LOAD] or why[RISING_BELOW_JUDGING_LOAD]
+    lower_bounds = any(
+        r.get("training") == STILL_RISING and r.get("why") != RISING_BELOW_JUDGING_LOAD
         for r in readouts
-        if r.get("why") != RISING_BELOW_JUDGING_LOAD
-    ):
-        tips.append("readouts of runs still rising are lower bounds: more steps can raise them")
-    read_above = [
-        r
-        for r in readouts
-        if r.get("why")
-        not in (FLOOR_AT_JUDGING_LOAD, RISING_BELOW_JUDGING_LOAD, BELOW_JUDGING_LOAD)
-    ]
-    if why[BELOW_JUDGING_LOAD] and not read_above:
-        tips.append("its state holds less than the judging load: widen it to read its n90")
-    elif why[BELOW_JUDGING_LOAD]:
-        tips.append(
-            f"{why[BELOW_JUDGING_LOAD]} seed(s) levelled off below the judging load while "
-            "others read above it: the seeds disagree, so add seeds or try another optim.lr"
-        )
-    if why[HOLDS_EVERY_LOAD]:
-        tips.append(f"holds every tested load, up to {largest}: test larger loads")
-    return "; ".join(tips)
+    )
+    unread = (FLOOR_AT_JUDGING_LOAD, RISING_BELOW_JUDGING_LOAD, BELOW_JUDGING_LOAD)
+    below, read_above = why[BELOW_JUDGING_LOAD], any(r.get("why") not in unread for r in readouts)
+    tips = {
+        "raise trainer.max_steps for the training_limited seeds": training_limited,
+        "readouts of runs still rising are lower bounds: more steps can raise them": lower_bounds,
+        "its state holds less than the judging load: widen it to read its n90": below
+        and not read_above,
+        f"{below} seed(s) levelled off below the judging load while others read above it: the "
+        "seeds disagree, so add seeds or try another optim.lr": below and read_above,
+        f"holds every tested load, up to {largest}: test larger loads": why[HOLDS_EVERY_LOAD],
+    }
+    return "; ".join(tip for tip, given in tips.items() if given)
 
 
 def cell_line(point: Point, threshold: float) -> str:
@@ -124,23 +116,16 @@ def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[st
     chance = [p for p in floor if below_floor(p) == "chance"]
     between = [p for p in floor if below_floor(p) == "between"]
     floor = [p for p in floor if below_floor(p) is None]
-    if chance:
-        lines.append(
-            f"At chance (not even the answer tokens learned): {listed(chance)}. Check the "
-            "learning rate (optim.lr) and the step budget (trainer.max_steps) before reading "
-            "these as limits."
-        )
-    if between:
-        lines.append(
-            "Between chance and the binding-free floor (learning which tokens answer): "
-            f"{listed(between)}. Give them more steps (trainer.max_steps)."
-        )
-    if floor:
-        lines.append(
-            f"At the binding-free floor (no retrieval learned): {listed(floor)}. A recall "
-            "model sits at the floor for an unpredictable number of steps before it jumps: "
-            "try another optim.lr or a larger trainer.max_steps before reading it as capacity."
-        )
+    findings = [
+        (chance, "At chance (not even the answer tokens learned): {}. Check the learning rate "
+         "(optim.lr) and the step budget (trainer.max_steps) before reading these as limits."),
+        (between, "Between chance and the binding-free floor (learning which tokens answer): "
+         "{}. Give them more steps (trainer.max_steps)."),
+        (floor, "At the binding-free floor (no retrieval learned): {}. A recall model sits at the "
+         "floor for an unpredictable number of steps before it jumps: try another optim.lr or a "
+         "larger trainer.max_steps before reading it as capacity."),
+    ]  # fmt: skip
+    lines += [text.format(listed(found)) for found, text in findings if found]
     rising = [
         p
         for p in ok
@@ -153,12 +138,12 @@ def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[st
             f"Still improving when the budget ran out: {listed(rising)}. Raise "
             f"trainer.max_steps to read their final accuracy{then}."
         )
-    diverged = [p for p in points if p.status == "diverged"]
-    if diverged:
-        lines.append(f"Diverged: {listed(diverged)}. Lower optim.lr.")
-    failed = [p for p in points if p.status == "failed"]
-    if failed:
-        lines.append(f"Failed: {listed(failed)}: see the failed jobs below.")
+    for status, then in (
+        ("diverged", ". Lower optim.lr."),
+        ("failed", ": see the failed jobs below."),
+    ):
+        if found := [p for p in points if p.status == status]:
+            lines.append(f"{status.capitalize()}: {listed(found)}{then}")
     cells = sorted(
         (p for p in points if p.capacity),
         key=lambda p: (model_order(p.model), [sort_key(v) for v in p.params.values()]),

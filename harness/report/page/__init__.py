@@ -93,29 +93,19 @@ def write_page(
     draws a fitted law (its caption says the line only then)."""
     experiment, plumbing = settings
     drawn = [
-        {
-            "stem": figure.stem,
-            "data": base64.b64encode(figure.read_bytes()).decode(),
-            "caption": caption(figure.stem, threshold, fitted),
-        }
-        for figure in figures
-    ]
+        dict(stem=f.stem, data=base64.b64encode(f.read_bytes()).decode(),
+             caption=caption(f.stem, threshold, fitted))
+        for f in figures
+    ]  # fmt: skip
     page = TEMPLATE.render(
-        title=str(sweep),
-        style=(HERE / "page.css").read_text(),
-        verdicts=verdicts,
-        notes=notes,
-        figures=drawn,
-        rows=rows,
-        columns=page_columns(rows),
-        problems=problems,
-        problem_columns=page_columns(problems),
-        provenance=provenance,
+        title=str(sweep), style=(HERE / "page.css").read_text(), verdicts=verdicts, notes=notes,
+        figures=drawn, rows=rows, columns=page_columns(rows), problems=problems,
+        problem_columns=page_columns(problems), provenance=provenance,
         settings=[
             ("Settings that define the experiment", as_rows(experiment)),
             ("Plumbing: how the runs were carried out", as_rows(plumbing)),
         ],
-    )
+    )  # fmt: skip
     path.write_text(page)
     return path
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from harness.report.figures import MARKED, marker_indices
+from harness.report.figures import MARKED
 from harness.report.look import HOLLOW, KNOWN_MODELS, marker
 from harness.report.slices import CELL_FONT
 from tests.harness.report.drawn import figures_of
@@ -272,17 +272,6 @@ def test_a_sliced_line_of_two_seeds_draws_no_seed_points_it_does_not_have(tmp_pa
     assert "small points: seeds; line: their mean" not in legend_texts(figure)
     linear = by_gid(figure.axes[0], "model")["linear"]
     assert linear.get_ydata()[-1] == pytest.approx(0.995 - 0.45 - 0.05 * math.sin(16) - 0.005)
-
-
-def test_marked_points_include_each_end_of_a_not_converged_stretch() -> None:
-    assert marker_indices([True] * 5, [1, 2, 3, 4, 5]) == [0, 1, 2, 3, 4]
-    hollow = [20 <= i <= 23 for i in range(45)]
-    shown = marker_indices(hollow, list(range(4, 49)), log_x=False)
-    assert {19, 20, 23, 24} <= set(shown) and len(shown) <= MARKED + 4
-    # on a log axis the markers are spread in log x: as many in 32-181 as in 181-1024
-    lengths = [32 * 2 ** (k / 8) for k in range(41)]
-    logged = [lengths[i] for i in marker_indices([False] * 41, lengths)]
-    assert abs(sum(x < 181 for x in logged) - sum(x > 181 for x in logged)) <= 1
 
 
 def test_test_length_curve_of_a_run_that_had_not_converged_is_hollow(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from models.mixers import (  # noqa: F401
     deltanet,
     gated_deltanet,
     gated_deltaproduct,
+    gdn2,
     gla,
     kda,
     kernel_attention,

@@ -3,6 +3,7 @@
 from models.mixers import (  # noqa: F401
     based,
     deltanet,
+    forgetting_attention,
     gated_deltanet,
     gated_deltaproduct,
     gdn2,

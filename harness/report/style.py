@@ -23,15 +23,16 @@ order of legends, whatever the sweep holds."""
 STYLE_ORDER = (
     *("softmax", "based", "deltanet", "favor", "gated_deltanet", "gla", "identity", "linear"),
     *("mamba2", "retnet", "rff", "rwkv", "sliding_window", "gated_deltaproduct", "kda", "rwkv7"),
-    "log_linear_mamba2",
+    *("log_linear_mamba2", "gdn2", "forgetting_attention"),
 )
 """The order in which mixers were given their colour and marker: a mixer registered later is
 appended (here, else after these by name), so that no mixer's style moves when one is added."""
 STYLED = (*STYLE_ORDER, *(name for name in KNOWN_MODELS if name not in STYLE_ORDER))
-MARKERS = "osDpX*^Phd>v<8Hsp"
+MARKERS = "osDpX*^Phd>v<8HspXh"
 """One marker per registered mixer in `STYLED` order: matplotlib's 15 filled markers, then
-two of them again for mixers rarely drawn beside the first to have them (rwkv7 shares based's
-square, log_linear_mamba2 favor's pentagon; their colours differ). Every marker has a face, so
+some of them again for mixers rarely drawn beside the first to have them (rwkv7 shares based's
+square, log_linear_mamba2 favor's pentagon, gdn2 gated_deltanet's cross, forgetting_attention
+mamba2's hexagon; their colours differ). Every marker has a face, so
 that a hollow one can mark a run that had not converged. The four triangles go to the mixers
 least often in a capacity law (identity, rff, rwkv, sliding_window), since the capacity figure
 draws its censored readouts as arrows with triangle heads."""
@@ -42,12 +43,15 @@ LATER = (
     plt.cm.tab20b.colors[0],
     plt.cm.tab20b.colors[4],
     (0.78, 0.08, 0.52),
+    (0.5, 0.0, 0.0),
+    (0.6, 0.4, 0.8),
 )
 PALETTE = (*(c for c in plt.cm.tab10.colors if c not in GREYS), *LATER)
 """The registered mixers' colours (softmax is black): tab10, its grey left out (grey is the
 binding-free baselines'), then dark colours unlike tab10's for the mixers styled later
 (`LATER`, in `STYLED` order from rff: tab20b's dark purple, red and ochre; teal, navy, olive,
-violet-red), so that the gated family's new members are told apart on one figure."""
+violet-red, maroon, lavender), so that the gated family's new members are told apart on one
+figure."""
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
     "task.num_kv_pairs": "key-value pairs per example",

@@ -20,7 +20,7 @@ def forgetting_attention(
     v: Tensor,
     log_forget: Tensor,
     *,
-    mode: str = "parallel",
+    mode: str = "chunk",
     chunk_size: int = 64,
 ) -> Tensor:
     """o_t = sum_{s<=t} softmax_s(q_t^T k_s / sqrt(d) + D_ts) v_s,  D_ts = sum_{r=s+1..t} log f_r.
@@ -93,7 +93,9 @@ def forgetting_step(
     keys, values, decay = state
     keys = torch.cat([keys, k_t[:, :, None].to(keys.dtype)], 2)
     values = torch.cat([values, v_t[:, :, None].to(values.dtype)], 2)
-    decay = torch.cat([decay + log_forget_t[..., None], torch.zeros_like(log_forget_t[..., None])], 2)
+    decay = torch.cat(
+        [decay + log_forget_t[..., None], torch.zeros_like(log_forget_t[..., None])], 2
+    )
     scores = torch.einsum("bhd,bhsd->bhs", q_t, keys.to(q_t.dtype)) / math.sqrt(q_t.shape[-1])
     weights = (scores + decay.to(scores.dtype)).softmax(-1)
     o_t = torch.einsum("bhs,bhsd->bhd", weights, values.to(weights.dtype))

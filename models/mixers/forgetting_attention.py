@@ -40,7 +40,9 @@ class ForgettingAttention(MultiHeadMixer):
     rank_bound T, the tokens the cache keeps (docs/background.md, section 17). No state
     knob. The scores, the decay sums and the softmax run in float32 (`models.precision`).
     Kernel: `models.kernels.forgetting` (`forgetting_step` token by token as specification;
-    the T x T scores with the decay matrix as SDPA's mask, whole or in blocks of queries)."""
+    the scores with the decay matrix as SDPA's mask, in blocks of `chunk_size` queries against
+    their prefix ("chunk", the default: a causal half of the T x T work, cache-sized) or
+    whole ("parallel"))."""
 
     grows_with_seq_len = True
 
@@ -50,7 +52,7 @@ class ForgettingAttention(MultiHeadMixer):
         n_heads: int = 2,
         use_output_gate: bool = False,
         qk_norm: bool = False,
-        mode: str = "parallel",
+        mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
         super().__init__(d_model, n_heads)

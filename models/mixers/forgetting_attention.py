@@ -2,10 +2,13 @@
 forget gate per head, built as fla's `fla/layers/forgetting_attn.py` (docs/background.md,
 "The Forgetting Transformer")."""
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.checks import require
 from models.kernels import check_mode
 from models.kernels.forgetting import forgetting_attention, forgetting_step
 from models.mixers.base import MultiHeadMixer, State
@@ -33,7 +36,12 @@ class ForgettingAttention(MultiHeadMixer):
     with `is_rms_norm`). Deliberate differences from fla: no grouped key-value heads
     (`num_kv_heads`), no `qkv_bias` and no `window_size` (`sliding_window` is the windowed
     mixer), all off by default there; Linear layers keep PyTorch's initialisation (fla's
-    models redraw them N(0, 0.02) with the forget gate's bias at 0).
+    models redraw them N(0, 0.02) with the forget gate's bias at 0). Either way f_t starts
+    near sigmoid(0) = 1/2: a key 10 tokens back is down by about e^-7 at the first step.
+    `forget_bias` (None: the default draw) sets every b_f to one number instead, e.g. 5 for
+    f_t near 0.993 (a key 100 tokens back down by about e^-0.7): a long initial decay time,
+    as the FoX authors' code offers (`fgate_bias_init`, off by default there and absent in
+    fla).
 
     State: a KV cache, as `softmax`'s, plus one log-forget sum per head and cached token:
     T (2 d_model + H) floats per layer, growing with the sequence (`grows_with_seq_len`);
@@ -52,6 +60,7 @@ class ForgettingAttention(MultiHeadMixer):
         n_heads: int = 2,
         use_output_gate: bool = False,
         qk_norm: bool = False,
+        forget_bias: float | None = None,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:
@@ -60,6 +69,9 @@ class ForgettingAttention(MultiHeadMixer):
         self.mode, self.chunk_size = mode, chunk_size
         self.use_output_gate, self.qk_norm = use_output_gate, qk_norm
         self.f_proj = nn.Linear(d_model, n_heads, bias=True)
+        if forget_bias is not None:
+            require(math.isfinite(forget_bias), "forget_bias", forget_bias, "a finite number")
+            nn.init.constant_(self.f_proj.bias, forget_bias)
         if use_output_gate:
             self.g_proj = nn.Linear(d_model, d_model, bias=False)
         if qk_norm:

@@ -36,12 +36,12 @@ class ForgettingAttention(MultiHeadMixer):
     with `is_rms_norm`). Deliberate differences from fla: no grouped key-value heads
     (`num_kv_heads`), no `qkv_bias` and no `window_size` (`sliding_window` is the windowed
     mixer), all off by default there; Linear layers keep PyTorch's initialisation (fla's
-    models redraw them N(0, 0.02) with the forget gate's bias at 0). Either way f_t starts
-    near sigmoid(0) = 1/2: a key 10 tokens back is down by about e^-7 at the first step.
-    `forget_bias` (None: the default draw) sets every b_f to one number instead, e.g. 5 for
-    f_t near 0.993 (a key 100 tokens back down by about e^-0.7): a long initial decay time,
-    as the FoX authors' code offers (`fgate_bias_init`, off by default there and absent in
-    fla).
+    models redraw them N(0, 0.02)), except the forget gate's bias: every b_f starts at
+    `forget_bias` = 5, f_t near 0.993 (a key 100 tokens back down by about e^-0.7), a long
+    initial decay time as the FoX authors' code offers (`fgate_bias_init`, off there and
+    absent in fla). With fla's b_f = 0 (or PyTorch's small draw, `forget_bias=None`) f_t
+    starts near 1/2, a key 10 tokens back down by about e^-7: attention is local before any
+    lookup can form, and MQAR was not learned from there within the headline preset's budget.
 
     State: a KV cache, as `softmax`'s, plus one log-forget sum per head and cached token:
     T (2 d_model + H) floats per layer, growing with the sequence (`grows_with_seq_len`);
@@ -60,7 +60,7 @@ class ForgettingAttention(MultiHeadMixer):
         n_heads: int = 2,
         use_output_gate: bool = False,
         qk_norm: bool = False,
-        forget_bias: float | None = None,
+        forget_bias: float | None = 5.0,
         mode: str = "chunk",
         chunk_size: int = 64,
     ) -> None:

@@ -155,10 +155,10 @@ def test_state_is_a_kv_cache_with_one_sum_per_head_and_token() -> None:
 
 
 def test_forget_bias_sets_every_gate_bias_and_a_bad_one_is_refused() -> None:
-    """forget_bias = 5: b_f = 5 in every head, so f = sigmoid(5 + w_f^T x) near 0.993 for
-    small w_f^T x; the default keeps PyTorch's draw (|b_f| <= 1 / sqrt(d_model))."""
-    mixer = make(forget_bias=5.0)
-    assert torch.equal(mixer.f_proj.bias, torch.full((2,), 5.0))
-    assert make().f_proj.bias.abs().max() <= D_MODEL**-0.5
+    """b_f = 5 by default in every head, so f = sigmoid(5 + w_f^T x) near 0.993 for small
+    w_f^T x; another number sets it; None keeps PyTorch's draw (|b_f| <= 1 / sqrt(d_model))."""
+    assert torch.equal(make().f_proj.bias, torch.full((2,), 5.0))
+    assert torch.equal(make(forget_bias=2.0).f_proj.bias, torch.full((2,), 2.0))
+    assert make(forget_bias=None).f_proj.bias.abs().max() <= D_MODEL**-0.5
     with pytest.raises(ValueError, match="forget_bias=nan"):
         make(forget_bias=float("nan"))

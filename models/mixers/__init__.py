@@ -3,8 +3,10 @@
 from models.mixers import (  # noqa: F401
     based,
     deltanet,
+    forgetting_attention,
     gated_deltanet,
     gated_deltaproduct,
+    gdn2,
     gla,
     kda,
     kernel_attention,

@@ -99,7 +99,9 @@ def test_recurrent_state_memory_is_flat_softmax_grows(name: str) -> None:
     mixer = make(name)
     grows = mixer.state_size(4096) > mixer.state_size(16)
     assert grows == mixer.grows_with_seq_len
-    assert grows == (name in {"softmax", "log_linear_mamba2"})  # a KV cache; log T levels
+    assert grows == (
+        name in {"softmax", "forgetting_attention", "log_linear_mamba2"}
+    )  # KV caches; log T levels
 
 
 def test_exercise_3_state_vs_kv_cache() -> None:

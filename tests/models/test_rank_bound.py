@@ -53,6 +53,8 @@ CASES = [
     # gated DPLR rule (KDA, RWKV-7): every transition acts on the key side of a d_k x d_v state
     ("kda", {}, 64, 2 * (D_MODEL // 2)),
     ("kda", {"head_k_dim": 4}, 64, 2 * 4),
+    ("gdn2", {}, 64, 2 * (D_MODEL // 2)),
+    ("gdn2", {"head_k_dim": 4, "expand_v": 2.0}, 64, 2 * 4),
     ("rwkv7", {}, 64, 2 * (D_MODEL // 2)),
     ("rwkv7", {"head_k_dim": 3}, 64, 2 * 3),
     # n Householder steps per token keep the d_k x d_v state, so the bound does not move with n
@@ -64,6 +66,8 @@ CASES = [
     ("mesanet", {"head_k_dim": 4, "n_heads": 4}, 64, 4 * 4),
     ("softmax", {}, 64, 64),
     ("softmax", {}, 300, 300),
+    ("forgetting_attention", {}, 64, 64),  # a KV cache: the forget gate removes no token
+    ("forgetting_attention", {"n_heads": 4}, 300, 300),
     ("sliding_window", {}, 64, 16),
     ("sliding_window", {"window": 40}, 24, 24),
 ]

@@ -55,9 +55,9 @@ def above(low: float, note: str = "") -> Check:
     return (lambda v: is_real(v) and v > low), f"a number > {low}{note}"
 
 
-def fraction(low_open: bool = False) -> Check:
+def fraction(low_open: bool = False, note: str = "") -> Check:
     test = (lambda v: 0 < v <= 1) if low_open else (lambda v: 0 <= v <= 1)
-    return (lambda v: is_real(v) and test(v)), f"a number in {'(' if low_open else '['}0, 1]"
+    return (lambda v: is_real(v) and test(v)), f"a number in {'(' if low_open else '['}0, 1]{note}"
 
 
 def one_of(*choices: Any) -> Check:
@@ -219,7 +219,7 @@ class RunSettings:
     threads: int = setting(0, at_least(0), PLUMBING)
     resume: bool = setting(True, role=PLUMBING)
     compile: bool = setting(False, role=PLUMBING)
-    early_stop_acc: float | None = setting(0.99, fraction(low_open=True))
+    early_stop_acc: float | None = setting(0.99, fraction(True, " (null: never stop early)"))
     plateau: Plateau = group(Plateau)
     capacity: Capacity = group(Capacity)
     data: Data = group(Data)
@@ -278,3 +278,6 @@ def check_settings(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if spec.check is not None and value is not None:
             require(spec.check[0](value), key, value, spec.check[1])
+    clip = OmegaConf.select(cfg, "trainer.gradient_clip_val", default=None)
+    unset = "unset (the clip lives in optim.grad_clip)"
+    require(clip is None, "trainer.gradient_clip_val", clip, unset)

@@ -28,9 +28,12 @@ PALETTE = (
     *plt.cm.tab20b.colors[::4],
     *(c for i, c in enumerate(plt.cm.Dark2.colors) if i not in (5, 7)),
 )
-"""The mixers' colours by their place in `KNOWN_MODELS` (softmax's black aside): tab10 without
-its grey (grey is the baselines'), then tab20b's and Dark2's dark colours: 20 before they
-repeat."""
+"""The first 20 mixers' colours by their place in `KNOWN_MODELS` (softmax's black aside): tab10
+without its grey (grey is the baselines'), then tab20b's and Dark2's dark colours."""
+EXTRA = max(0, len(KNOWN_MODELS) - 1 - len(PALETTE))
+MIXER_COLOURS = (*PALETTE, *(plt.cm.hsv((i + 0.5) / EXTRA)[:3] for i in range(EXTRA)))
+"""A colour for every registered mixer, however many: the palette, then hues evenly spaced
+round the colour wheel for the mixers past its 20."""
 MARKERS = "osDp*hHXdP8"
 """Filled markers (a hollow one marks a run that had not converged), no triangles: the
 capacity figure's censored readouts are arrows with triangle heads. The circle is softmax's;
@@ -67,7 +70,7 @@ def style(model: str) -> tuple[Any, str]:
         return "black", MARKERS[0]
     if model in KNOWN_MODELS:
         at = KNOWN_MODELS.index(model) - 1
-        return PALETTE[at % len(PALETTE)], MARKERS[1 + at % (len(MARKERS) - 1)]
+        return MIXER_COLOURS[at], MARKERS[1 + at % (len(MARKERS) - 1)]
     if model not in HANDED:
         at = len(HANDED)
         shape = MARKERS[1 + at % (len(MARKERS) - 1)]

@@ -26,7 +26,7 @@ BAD_INPUTS = [
     (["model=favor", "model.feature_dim=-3"], "feature_dim=-3 is invalid"),
     (["model=linear", "model.chunk_size=0"], "chunk_size=0 is invalid"),
     (["model.n_heads=3"], "n_heads=3 is invalid: must be a divisor of d_model=64"),
-    (["optim.lr=0"], "optim.lr=0 is invalid: must be > 0"),
+    (["optim.lr=0"], "optim.lr=0.0 is invalid: must be a number > 0"),
     (["optim.lr=-0.1"], "optim.lr=-0.1 is invalid"),
     (["+task.eval_seq_lens=[48]"], "seq_len=48 is invalid: must be <= 24"),
     (["trainer.max_steps=0"], "trainer.max_steps=0 is invalid"),

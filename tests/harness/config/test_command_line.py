@@ -34,7 +34,7 @@ MISTAKES = [
     (["trainer.max_step=3"], "Key 'max_step' not in 'Trainer' (did you mean trainer.max_steps?)"),
     (["model.num_heads=4"], "(did you mean model.n_heads?)"),
     (["~task.tst"], "~task.tst is refused: Could not delete from config. 'task.tst' does not"),
-    (["task=copy", "task.num_kv_pairs=3"], "(a key of task=assoc_recall, noisy_recall)"),
+    (["task=copy", "task.num_kv_pairs=3"], "(a key of task=assoc_recall, noisy_recall"),
     (["optim.lr=abc"], "optim.lr=abc is refused: Value 'abc' of type 'str' could not be "
      "converted to Float"),
     (["-m", "optim.lr=0.1,abc"], "optim.lr=abc is refused: Value 'abc'"),  # any job of a sweep

@@ -232,14 +232,14 @@ def test_the_final_weights_are_validated_and_an_unfinished_rise_is_not_converged
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["early_stop_acc=2"], "early_stop_acc=2 is invalid: must be null"),
+        (["early_stop_acc=2"], r"early_stop_acc=2.0 is invalid: must be a number in \(0, 1\] \(nu"),
         (["optim.schedule=linear"], "optim.schedule='linear' is invalid"),
         (["optim.decay=some"], "optim.decay='some' is invalid"),
         (["optim.warmup_fraction=1.5"], "optim.warmup_fraction=1.5 is invalid"),
-        (["optim.grad_clip=0"], "optim.grad_clip=0 is invalid"),
+        (["optim.grad_clip=0"], "optim.grad_clip=0.0 is invalid"),
         (["+trainer.gradient_clip_val=0.5"], "lives in optim.grad_clip"),
         (["capacity.bound_multiple=0.5"], "capacity.bound_multiple=0.5 is invalid"),
-        (["plateau.min_delta=-1"], "plateau.min_delta=-1 is invalid"),
+        (["plateau.min_delta=-1"], "plateau.min_delta=-1.0 is invalid"),
     ],
 )
 def test_bad_recipe_settings_are_refused_before_training(make_cfg, overrides, message) -> None:

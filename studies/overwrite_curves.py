@@ -3,13 +3,13 @@ re-bindings and the distance between a key's first and last binding, per mixer
 (`experiment=overwrite_curve`; docs/results/overwrite_curve/).
 `python -m studies.overwrite_curves <sweep folder>... [--out DIR]`.
 
-Reads every `results.json` under the folders (a run folder counts once, by config hash: the
-newest record), one row per run: the mixer, its state floats per layer, the seed, accuracy on
-once-bound keys (`rebinds/0`) and on keys re-bound 1, 2, ... times, by distance bucket, the
-task's baselines (`stale`: the key's first value, right on once-bound keys only; `current`: a
-guess among the values still bound) and whether the run converged. A mixer's cell is the mean
-over its seeds, with their range; a run whose re-bound accuracy is at or below `current`, the
-guess among live values, has not learned to replace and is read as a lower bound, not a
+Reads every `results.json` and `summary.jsonl` under the folders (a run counts once, by
+config hash: the newest record), one row per run: the mixer, its state floats per layer,
+the seed, accuracy on once-bound keys (`rebinds/0`), on keys re-bound 1, 2, ... times and by
+distance bucket, the task's baselines (`stale`: the key's first value, right on once-bound
+keys only; `current`: a guess among the values still bound) and whether the run converged.
+A mixer's cell is the mean over its seeds; a run whose re-bound accuracy is at or below
+`current` has not learned to replace (`learned` false): its numbers are lower bounds, not a
 limit. Writes `runs.csv`, `cells.csv`, `overwrite_by_rebinds.png` and
 `overwrite_by_distance.png`, and prints the cells."""
 
@@ -29,6 +29,8 @@ SLICES = ("rebinds", "distance")
 def load_runs(folders: list[Path]) -> pd.DataFrame:
     """One row per finished run under `folders` (the newest record of a config hash)."""
     records = [json.loads(p.read_text()) for f in folders for p in f.rglob("results.json")]
+    for summary in (p for f in folders for p in f.rglob("summary.jsonl")):
+        records += [json.loads(line) for line in summary.read_text().splitlines() if line]
     runs = [r for r in records if r.get("status") == "ok" and r["task"] == "overwrite_recall"]
     rows = []
     for r in runs:

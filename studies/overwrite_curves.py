@@ -38,6 +38,7 @@ def load_runs(folders: list[Path]) -> pd.DataFrame:
         row = {
             "model": r["model"],
             "floats": r["state"]["mixer_floats_per_layer"],
+            "rank": r["state"]["rank_bound_per_layer"],
             "seed": r["seed"],
             "hash": r["config_hash"],
             "finished": r.get("finished_at", ""),
@@ -62,7 +63,7 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
     the baselines, and `learned`: every seed's re-bound accuracy above `current`."""
     runs = runs.assign(learned=runs["rebound/1"] > runs["current"])
     columns = ["rebound/0", "rebound/1", *sorted(c for c in runs if c.startswith("rebinds/"))]
-    grouped = runs.groupby(["model", "floats"])
+    grouped = runs.groupby(["model", "floats", "rank"])
     out = grouped[columns + ["stale", "current"]].mean().round(3)
     out.insert(0, "seeds", grouped.size())
     out["learned"] = grouped["learned"].all()
@@ -73,7 +74,8 @@ def cells(runs: pd.DataFrame) -> pd.DataFrame:
 def slice_frame(runs: pd.DataFrame, name: str) -> pd.DataFrame:
     """Long form of one slice: model, seed, value (the slice's number), accuracy."""
     cols = [c for c in runs if c.startswith(f"{name}/")]
-    long = runs.melt(["model", "floats", "seed"], cols, var_name="slice", value_name="accuracy")
+    ids = ["model", "floats", "rank", "seed"]
+    long = runs.melt(ids, cols, var_name="slice", value_name="accuracy")
     long["value"] = long["slice"].str.split("/").str[1].astype(int)
     return long.dropna(subset=["accuracy"])
 
@@ -91,7 +93,8 @@ def draw(runs: pd.DataFrame, name: str, path: Path) -> None:
     for i, model in enumerate(order):
         one = long[long["model"] == model]
         mean = one.groupby("value")["accuracy"].mean()
-        label = f"{model} ({int(one['floats'].iloc[0]):,} floats)"
+        floats, rank = int(one["floats"].iloc[0]), int(one["rank"].iloc[0])
+        label = f"{model} ({floats:,} floats, R = {rank})"
         ax.plot(mean.index, mean.values, "-", color=f"C{i}", label=label)
         for converged, face in ((True, f"C{i}"), (False, "none")):
             dots = one[one["converged"] == converged]

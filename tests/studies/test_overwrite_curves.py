@@ -21,7 +21,8 @@ def record(model: str, seed: int, rebound: float, finished: str, hash_: str) -> 
     return {
         "status": "ok", "task": "overwrite_recall", "model": model, "seed": seed,
         "config_hash": hash_, "finished_at": finished, "metrics": metrics,
-        "state": {"mixer_floats_per_layer": 512}, "train": {"converged": True},
+        "state": {"mixer_floats_per_layer": 512, "rank_bound_per_layer": 16},
+        "train": {"converged": True},
     }  # fmt: skip
 
 

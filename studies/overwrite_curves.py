@@ -23,6 +23,8 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from harness.report import look  # noqa: E402
+
 SLICES = ("rebinds", "distance")
 
 
@@ -91,14 +93,17 @@ def draw(runs: pd.DataFrame, name: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.6), constrained_layout=True)
     order = long.groupby("model")["accuracy"].mean().sort_values(ascending=False).index
     for i, model in enumerate(order):
-        one = long[long["model"] == model]
+        one = long[long["model"] == model].copy()
+        colour, mark = look.style(model)
+        shift = 0.04 * (i - (len(order) - 1) / 2)  # coinciding lines set apart
+        one["value"] = one["value"] * 2**shift if name == "distance" else one["value"] + shift
         mean = one.groupby("value")["accuracy"].mean()
         floats, rank = int(one["floats"].iloc[0]), int(one["rank"].iloc[0])
         label = f"{model} ({floats:,} floats, R = {rank})"
-        ax.plot(mean.index, mean.values, "-", color=f"C{i}", label=label)
-        for converged, face in ((True, f"C{i}"), (False, "none")):
+        ax.plot(mean.index, mean.values, "-", color=colour, marker=mark, ms=4, label=label)
+        for converged, face in ((True, colour), (False, "none")):
             dots = one[one["converged"] == converged]
-            ax.scatter(dots["value"], dots["accuracy"], s=18, facecolors=face, edgecolors=f"C{i}")
+            ax.scatter(dots["value"], dots["accuracy"], s=18, facecolors=face, edgecolors=colour)
     ax.axhline(runs["current"].mean(), color="grey", ls=":", lw=1, label="current (guess)")
     values = sorted(long["value"].unique())
     if name == "rebinds":

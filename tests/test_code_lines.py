@@ -4,7 +4,7 @@ tests/ over 400 lines."""
 
 from pathlib import Path
 
-from code_lines import code_lines, long_modules
+from tests.code_lines import code_lines, long_modules
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -304,6 +304,16 @@ def test_mesanet_is_within_fla_conjugate_gradient_of_fla_kernel() -> None:
     assert (y - cg).abs().max() < 1e-2 * y.abs().max()
 
 
+def test_gate_bias_sets_every_gate_bias_and_a_bad_one_is_refused() -> None:
+    """The gate starts near 1 (bias 5: a_t = sigmoid(5), 0.993 a token) unless
+    `gate_bias=None`, PyTorch's small draw (fla's start near 1/2)."""
+    torch.manual_seed(0)
+    assert torch.equal(build_mixer("mesanet", 64).gate.bias, torch.full((2,), 5.0))
+    assert build_mixer("mesanet", 64, gate_bias=None).gate.bias.abs().max() <= 64**-0.5
+    with pytest.raises(ValueError, match="gate_bias=nan"):
+        build_mixer("mesanet", 64, gate_bias=float("nan"))
+
+
 def test_mesanet_parameterisation_follows_fla() -> None:
     """lamb = softplus(lambda_params) + 0.25 starts at 1 on every head and key channel and is
     spared by weight decay; gate and beta projections carry biases; no output gate by

@@ -42,8 +42,10 @@ def in_fp32(like: str = "v") -> Callable[[Kernel], Kernel]:
     """A decorator for a kernel (`models.kernels`): its floating tensor arguments widened to
     float32 (float64 stays), autocast off, and its output (the first one, where it returns
     (output, state)) cast back to the dtype of its argument `like`; the state stays wide. Every
-    kernel of `models.kernels` carries it, so a mixer that calls a kernel is safe in bf16 and
-    fp16 without a cast of its own (README "Extending")."""
+    sequence kernel of `models.kernels` but softmax's (exact attention, whose softmax is
+    stable in half) and the one-token steps the mixers call inside their own float32 blocks
+    carries it, so a mixer that calls a kernel is safe in bf16 and fp16 without a cast of its
+    own (README "Extending")."""
 
     def decorate(kernel: Kernel) -> Kernel:
         position = list(inspect.signature(kernel).parameters).index(like)

@@ -8,12 +8,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.kernels.common import check_log_gate, check_mode, check_qkv, check_shape
+from models.precision import in_fp32
 
 ForgettingState = tuple[Tensor, Tensor, Tensor]
 """(keys [B, H, t, d], values [B, H, t, dv], decay [B, H, t]): the KV cache of the t tokens
 seen and, per cached token s, the log-forget sum since it, decay_s = sum_{r=s+1..t} log f_r."""
 
 
+@in_fp32()
 def forgetting_attention(
     q: Tensor,
     k: Tensor,

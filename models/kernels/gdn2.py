@@ -7,8 +7,10 @@ from torch import Tensor
 
 from models.kernels.common import check_mode, check_qkv, check_shape
 from models.kernels.dplr import gate_bound, gated_dplr
+from models.precision import in_fp32
 
 
+@in_fp32()
 def gdn2_rule(
     q: Tensor,
     k: Tensor,

@@ -20,10 +20,12 @@ from models.kernels.common import (
     gate_exp,
     in_blocks,
 )
+from models.precision import in_fp32
 
 MesaState = tuple[Tensor, Tensor]
 
 
+@in_fp32()
 def mesa_attention(
     q: Tensor,
     k: Tensor,

@@ -42,7 +42,7 @@ import numpy as np
 
 from common.checks import is_real, require, require_choice, require_int
 from tasks.base import IGNORE, Task, require_int_given, token_sets
-from tasks.load import Load, describe_task_load, load_bounds, require_load
+from tasks.load import Load, describe_task_load, require_key_load
 from tasks.registry import register
 from tasks.sampling import (
     BITMAP_BUDGET,
@@ -73,14 +73,7 @@ class AssocRecall(Task):
         load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        _, most = load_bounds("num_kv_pairs", num_kv_pairs)
-        require_load(
-            "num_kv_pairs",
-            num_kv_pairs,
-            1,
-            vocab_size // 2 - 1,
-            f"for vocab_size={vocab_size} (keys are the tokens [1, vocab_size // 2))",
-        )
+        most = require_key_load(num_kv_pairs, vocab_size)
         require_int_given(
             "seq_len",
             seq_len,

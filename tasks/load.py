@@ -169,3 +169,17 @@ def stored_weights(weights: Mapping | None) -> dict[int, float] | None:
     if weights is None:
         return None
     return {_key_as_int(k): float(v) for k, v in sorted(weights.items(), key=lambda kv: int(kv[0]))}
+
+
+def require_key_load(num_kv_pairs: Any, vocab_size: int) -> int:
+    """Check the number of key-value pairs of a recall task whose keys are the tokens
+    [1, vocab_size // 2) (an integer or a range, `require_load`); returns the largest."""
+    _, most = load_bounds("num_kv_pairs", num_kv_pairs)
+    require_load(
+        "num_kv_pairs",
+        num_kv_pairs,
+        1,
+        vocab_size // 2 - 1,
+        f"for vocab_size={vocab_size} (keys are the tokens [1, vocab_size // 2))",
+    )
+    return most

@@ -62,7 +62,14 @@ import numpy as np
 
 from common.checks import is_real, require, require_int
 from tasks.base import Task, guess_accuracy, require_int_given, token_sets
-from tasks.load import Load, describe_task_load, load_bounds, normalised, require_load
+from tasks.load import (
+    Load,
+    describe_task_load,
+    load_bounds,
+    normalised,
+    require_key_load,
+    require_load,
+)
 from tasks.registry import register
 from tasks.sampling import BITMAP_BUDGET, row_chunks, sample_distinct, sample_excluding
 
@@ -104,14 +111,7 @@ class OverwriteRecall(Task):
         load_weights: dict[int, float] | None = None,
     ) -> None:
         require_int("vocab_size", vocab_size, 4)
-        _, most = load_bounds("num_kv_pairs", num_kv_pairs)
-        require_load(
-            "num_kv_pairs",
-            num_kv_pairs,
-            1,
-            vocab_size // 2 - 1,
-            f"for vocab_size={vocab_size} (keys are the tokens [1, vocab_size // 2))",
-        )
+        most = require_key_load(num_kv_pairs, vocab_size)
         ok = is_real(rebound_fraction) and 0 <= rebound_fraction <= 1
         require(ok, "rebound_fraction", rebound_fraction, "a float in [0, 1]")
         _, most_rebinds = load_bounds("rebinds", rebinds)

@@ -32,3 +32,20 @@ def graph_nodes(out: torch.Tensor) -> list[str]:
         names.append(type(node).__name__)
         stack.extend(next_fn for next_fn, _ in node.next_functions)
     return names
+
+
+def assert_same_rule(
+    actual: tuple[torch.Tensor, torch.Tensor],
+    expected: tuple[torch.Tensor, torch.Tensor],
+    leaves: list[torch.Tensor],
+) -> None:
+    """A recurrence's fast form against its step loop in float64: outputs o and final state S
+    within 1e-10, and the gradients of sin(o).sum() + (S^2).sum() with respect to `leaves`
+    within 1e-9 (relative)."""
+    (o, S), (o_expected, S_expected) = actual, expected
+    torch.testing.assert_close(o, o_expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S, S_expected, rtol=1e-10, atol=1e-10)
+    grads = torch.autograd.grad(o.sin().sum() + S.square().sum(), leaves)
+    grads_expected = torch.autograd.grad(o_expected.sin().sum() + S_expected.square().sum(), leaves)
+    for grad, grad_expected in zip(grads, grads_expected, strict=True):
+        torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)

@@ -1,0 +1,175 @@
+"""Verdicts between mixers at equal state (docs/background.md, "Capacity and learnability"):
+every two cells of different mixers trained under one protocol (task, step budget, layers) at
+equal state (`harness.config.state_sizes.equal_state`: equal rank bound R with floats within
+10%, or floats within 10% where R is not a mixer's knob), compared on capacity, the n90 of
+each cell's best restart (`harness.readouts.restarts`).
+
+A capacity is read as a range of n: an exact readout n exp(+-2 se_log) (its sampling error,
+`harness.readouts.readout_error`; a point without one), [0, n) below the judging load
+(left-censored), [n, inf) a lower bound (right-censored), [low, high) between two tested
+loads (interval-censored). Of two cells A and B:
+
+- `A holds more` where A's range lies wholly above B's (and `B holds more` the other way);
+- `no difference within their readouts' errors` where the ranges overlap and both are closed;
+- `undecided` otherwise, with why for each side that is open or unread (not learned: its best
+  restart training-limited; a lower bound: still rising or holding every tested load; below
+  the judging load) and the setting whose rerun decides it."""
+
+import math
+from itertools import combinations
+
+import pandas as pd
+
+from harness.config.state_sizes import Size, equal_state, fixed_bound
+from harness.readouts.capacity import (
+    HOLDS_EVERY_LOAD,
+    INTERVAL,
+    LEFT,
+    NEAR_CEILING,
+    RIGHT,
+    WHY,
+    shown,
+)
+from harness.report.frame import missing
+from harness.report.look import model_order
+
+PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers")
+"""The settings two cells share to be compared: the same task, step budget and layers."""
+OWN, REFERENCE = "own", "reference"
+"""A cell's `source`: this sweep's records, or a committed reference's (`references`)."""
+SPREAD = 2.0
+"""An exact readout's range: this many standard errors of its log either side."""
+NO_DIFFERENCE = "no difference within their readouts' errors"
+UNDECIDED = "undecided"
+COLUMNS = ("model_a", "model_b", "state", "verdict", "why", "source", "capacity_a", "capacity_b")
+"""`pairs.csv`'s columns, in order."""
+
+
+def readout(cell: pd.Series) -> dict:
+    """The cell's capacity as a readout (`harness.readouts.capacity.shown`), its sampling error
+    from its log's (se ~ n se_log)."""
+    n, se_log = cell.get("capacity_n90"), cell.get("capacity_se_log")
+    censoring = cell.get("capacity_censoring")
+    return {
+        "n90": None if missing(n) else float(n),
+        "n90_censoring": None if missing(censoring) else censoring,
+        "n90_low": cell.get("capacity_low"),
+        "n90_high": cell.get("capacity_high"),
+        "n90_se": None if missing(se_log) or missing(n) else float(n) * float(se_log),
+    }
+
+
+def span(cell: pd.Series) -> tuple[float, float] | None:
+    """The cell's capacity as a range of n (the module docstring); None where unread."""
+    read = readout(cell)
+    n, kind = read["n90"], read["n90_censoring"]
+    if not cell.get("capacity_readable") or n is None:
+        return None
+    if kind == LEFT:
+        return 0.0, n
+    if kind == RIGHT:
+        return n, math.inf
+    if kind == INTERVAL:
+        return float(read["n90_low"]), float(read["n90_high"])
+    se_log = 0.0 if missing(cell.get("capacity_se_log")) else float(cell["capacity_se_log"])
+    return n * math.exp(-SPREAD * se_log), n * math.exp(SPREAD * se_log)
+
+
+def shown_capacity(cell: pd.Series) -> str:
+    """`8.19 ± 0.33`, `<2`, `>=16`, `[48, 64)`, or `not learned`."""
+    return shown(readout(cell), "n90", with_error=True) if span(cell) else "not learned"
+
+
+def open_side(cell: pd.Series) -> str | None:
+    """Why a cell's capacity does not decide a comparison, and the rerun that would; None
+    where its readout is closed (exact or between two tested loads)."""
+    name, steps = cell["mixer"], cell.get("trainer.max_steps")
+    more_steps = f"trainer.max_steps={2 * int(steps)}" if not missing(steps) else "more steps"
+    if span(cell) is None:
+        why = WHY.get(cell.get("capacity_why"), "no finished restart")
+        learned = f"{cell.get('learned', 0)} of {cell.get('restarts', 0)} restarts"
+        return f"{name} not learned ({learned}; best: {why}): rerun it with {more_steps} or seeds"
+    kind, text = cell.get("capacity_censoring"), shown_capacity(cell)
+    if kind == LEFT:
+        return f"{name} below the judging load ({text}): only a wider state reads it"
+    if kind == RIGHT and cell.get("capacity_why") in (HOLDS_EVERY_LOAD, NEAR_CEILING):
+        load = f"capacity.max_load={2 * math.ceil(float(cell['capacity_n90']))}"
+        return f"{name} a lower bound ({text}, at the largest tested loads): rerun it with {load}"
+    if kind == RIGHT:
+        return f"{name} a lower bound ({text}, still rising): rerun it with {more_steps}"
+    return None
+
+
+def compared(a: pd.Series, b: pd.Series) -> tuple[str, str]:
+    """(verdict, why) of cells `a` and `b` (the module docstring)."""
+    span_a, span_b = span(a), span(b)
+    values = f"n90 {shown_capacity(a)} against {shown_capacity(b)}"
+    if span_a and span_b:
+        if span_a[0] >= span_b[1] or span_b[0] >= span_a[1]:
+            more = a if span_a[0] >= span_b[1] else b
+            return f"{more['mixer']} holds more", f"{values}: the ranges do not overlap"
+        closed = LEFT not in (a.get("capacity_censoring"), b.get("capacity_censoring"))
+        if closed and math.inf not in (span_a[1], span_b[1]):
+            return NO_DIFFERENCE, f"{values}: within {SPREAD:g} standard errors"
+    reasons = [r for r in (open_side(a), open_side(b)) if r]
+    return UNDECIDED, f"{values}; " + "; ".join(reasons)
+
+
+def size_of(cell: pd.Series) -> Size:
+    return Size(
+        cell["mixer"],
+        cell.get("family") or cell["mixer"],
+        cell.get("state.mixer_floats_per_layer"),
+        cell.get("state.rank_bound_stack"),
+    )
+
+
+def state_text(a: Size, b: Size) -> str:
+    """`R 8; 256 and 264 floats`, or `256 and 264 floats (R 64 and 8)` where R differs."""
+    floats = f"{a.floats:g}" if a.floats == b.floats else f"{a.floats:g} and {b.floats:g}"
+    if a.rank_bound == b.rank_bound:
+        return f"R {a.rank_bound:g}; {floats} floats"
+    return f"{floats} floats (R {a.rank_bound:g} and {b.rank_bound:g})"
+
+
+def pair_rows(cells: pd.DataFrame) -> list[dict]:
+    """One row of `COLUMNS` per pair of cells at equal state under one protocol, at least one
+    of them this sweep's (`source` own); a pair with a reference cell has `source` reference."""
+    if cells.empty:
+        return []
+    cells = cells.assign(source=cells.get("source", OWN)).dropna(
+        subset=["state.mixer_floats_per_layer"]
+    )
+    order = sorted(cells.index, key=lambda i: model_order(cells.at[i, "mixer"]))
+    fixed = fixed_bound([size_of(c) for _, c in cells.iterrows()])
+    rows = []
+    for i, j in combinations(order, 2):
+        a, b = cells.loc[i], cells.loc[j]
+        same = all(str(a.get(k)) == str(b.get(k)) for k in PROTOCOL)
+        if not same or OWN not in (a["source"], b["source"]):
+            continue
+        if not equal_state(size_of(a), size_of(b), fixed):
+            continue
+        verdict, why = compared(a, b)
+        rows.append(
+            dict(
+                model_a=a["mixer"],
+                model_b=b["mixer"],
+                state=state_text(size_of(a), size_of(b)),
+                verdict=verdict,
+                why=why,
+                source=REFERENCE if REFERENCE in (a["source"], b["source"]) else OWN,
+                capacity_a=shown_capacity(a),
+                capacity_b=shown_capacity(b),
+            )
+        )
+    return rows
+
+
+def pair_lines(rows: list[dict]) -> list[str]:
+    """The console's and the page's closing lines, one a pair."""
+    return [
+        f"At equal state ({r['state']}), {r['model_a']} against {r['model_b']}: "
+        f"{r['verdict']}: {r['why']}."
+        for r in rows
+    ]

@@ -30,11 +30,10 @@ from harness.readouts.capacity import (
     WHY,
     shown,
 )
+from harness.report.capacity_law import PROTOCOL
 from harness.report.frame import missing
 from harness.report.look import model_order
 
-PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers")
-"""The settings two cells share to be compared: the same task, step budget and layers."""
 OWN, REFERENCE = "own", "reference"
 """A cell's `source`: this sweep's records, or a committed reference's (`references`)."""
 SPREAD = 2.0
@@ -46,16 +45,13 @@ COLUMNS = ("model_a", "model_b", "state", "verdict", "why", "source", "capacity_
 
 
 def readout(cell: pd.Series) -> dict:
-    """The cell's capacity as a readout (`harness.readouts.capacity.shown`), its sampling error
-    from its log's (se ~ n se_log)."""
-    n, se_log = cell.get("capacity_n90"), cell.get("capacity_se_log")
-    censoring = cell.get("capacity_censoring")
+    """The cell's capacity as a readout (`harness.readouts.capacity.shown`)."""
+    n, censoring = cell.get("capacity_n90"), cell.get("capacity_censoring")
     return {
         "n90": None if missing(n) else float(n),
         "n90_censoring": None if missing(censoring) else censoring,
         "n90_low": cell.get("capacity_low"),
         "n90_high": cell.get("capacity_high"),
-        "n90_se": None if missing(se_log) or missing(n) else float(n) * float(se_log),
     }
 
 
@@ -76,27 +72,32 @@ def span(cell: pd.Series) -> tuple[float, float] | None:
 
 
 def shown_capacity(cell: pd.Series) -> str:
-    """`8.19 ± 0.33`, `<2`, `>=16`, `[48, 64)`, or `not learned`."""
-    return shown(readout(cell), "n90", with_error=True) if span(cell) else "not learned"
+    """`8.19 (7.65-8.77 at 2 se)`, `<2`, `>=16`, `[48, 64)`, or `not learned`."""
+    found = span(cell)
+    if found is None:
+        return "not learned"
+    text = shown(readout(cell), "n90")
+    exact = missing(cell.get("capacity_censoring")) and found[0] < found[1]
+    return f"{text} ({found[0]:.3g}-{found[1]:.3g} at {SPREAD:g} se)" if exact else text
 
 
 def open_side(cell: pd.Series) -> str | None:
     """Why a cell's capacity does not decide a comparison, and the rerun that would; None
     where its readout is closed (exact or between two tested loads)."""
-    name, steps = cell["mixer"], cell.get("trainer.max_steps")
+    steps = cell.get("trainer.max_steps")
     more_steps = f"trainer.max_steps={2 * int(steps)}" if not missing(steps) else "more steps"
     if span(cell) is None:
         why = WHY.get(cell.get("capacity_why"), "no finished restart")
         learned = f"{cell.get('learned', 0)} of {cell.get('restarts', 0)} restarts"
-        return f"{name} not learned ({learned}; best: {why}): rerun it with {more_steps} or seeds"
+        return f"not learned ({learned}; best: {why}): rerun with {more_steps} or more seeds"
     kind, text = cell.get("capacity_censoring"), shown_capacity(cell)
     if kind == LEFT:
-        return f"{name} below the judging load ({text}): only a wider state reads it"
+        return f"below the judging load ({text}): only a wider state reads it"
     if kind == RIGHT and cell.get("capacity_why") in (HOLDS_EVERY_LOAD, NEAR_CEILING):
         load = f"capacity.max_load={2 * math.ceil(float(cell['capacity_n90']))}"
-        return f"{name} a lower bound ({text}, at the largest tested loads): rerun it with {load}"
+        return f"a lower bound ({text}, at the largest tested loads): rerun it with {load}"
     if kind == RIGHT:
-        return f"{name} a lower bound ({text}, still rising): rerun it with {more_steps}"
+        return f"a lower bound ({text}, still rising): rerun it with {more_steps}"
     return None
 
 
@@ -111,7 +112,10 @@ def compared(a: pd.Series, b: pd.Series) -> tuple[str, str]:
         closed = LEFT not in (a.get("capacity_censoring"), b.get("capacity_censoring"))
         if closed and math.inf not in (span_a[1], span_b[1]):
             return NO_DIFFERENCE, f"{values}: within {SPREAD:g} standard errors"
-    reasons = [r for r in (open_side(a), open_side(b)) if r]
+    why_a, why_b = open_side(a), open_side(b)
+    if why_a == why_b:
+        return UNDECIDED, f"{values}; both {why_a}"
+    reasons = [f"{c['mixer']} {why}" for c, why in ((a, why_a), (b, why_b)) if why]
     return UNDECIDED, f"{values}; " + "; ".join(reasons)
 
 
@@ -137,9 +141,8 @@ def pair_rows(cells: pd.DataFrame) -> list[dict]:
     of them this sweep's (`source` own); a pair with a reference cell has `source` reference."""
     if cells.empty:
         return []
-    cells = cells.assign(source=cells.get("source", OWN)).dropna(
-        subset=["state.mixer_floats_per_layer"]
-    )
+    cells = cells.assign(source=cells.get("source", OWN)).reset_index(drop=True)
+    cells = cells.dropna(subset=["state.mixer_floats_per_layer"])
     order = sorted(cells.index, key=lambda i: model_order(cells.at[i, "mixer"]))
     fixed = fixed_bound([size_of(c) for _, c in cells.iterrows()])
     rows = []

@@ -30,6 +30,7 @@ from harness.readouts.capacity import (
     WHY,
     shown,
 )
+from harness.readouts.restarts import DESIGN_SEEDS
 from harness.report.capacity_law import PROTOCOL
 from harness.report.frame import missing
 from harness.report.look import model_order
@@ -86,6 +87,8 @@ def open_side(cell: pd.Series) -> str | None:
     where its readout is closed (exact or between two tested loads)."""
     steps = cell.get("trainer.max_steps")
     more_steps = f"trainer.max_steps={2 * int(steps)}" if not missing(steps) else "more steps"
+    if not cell.get("restarts"):
+        return f"no restart at the design's seeds {DESIGN_SEEDS}: rerun with seed=0,1,2"
     if span(cell) is None:
         why = WHY.get(cell.get("capacity_why"), "no finished restart")
         learned = f"{cell.get('learned', 0)} of {cell.get('restarts', 0)} restarts"

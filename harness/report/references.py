@@ -36,13 +36,15 @@ def protocol(row: dict) -> str:
     return as_key([row.get(k) for k in MATCH])
 
 
-def listed(path: Path = LISTED) -> list[str]:
-    """The folders `path` names (under docs/results/), comments and blank lines aside."""
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+def listed(path: Path | None = None) -> list[str]:
+    """The folders `path` (default `LISTED`) names under `RESULTS`, comments and blank lines
+    aside."""
+    text = (path or LISTED).read_text()
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
     return [line for line in lines if line]
 
 
-def reference_rows(own: list[dict], path: Path = LISTED) -> list[tuple[str, list[dict]]]:
+def reference_rows(own: list[dict], path: Path | None = None) -> list[tuple[str, list[dict]]]:
     """(folder, its rows) of each listed folder with rows under one of `own`'s capacity
     protocols, `own`'s config hashes left out; none where `own` ran without the protocol."""
     protocols = {protocol(r) for r in own if r.get("capacity.protocol")}

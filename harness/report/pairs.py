@@ -21,17 +21,9 @@ from itertools import combinations
 import pandas as pd
 
 from harness.config.state_sizes import Size, equal_state, fixed_bound
-from harness.readouts.capacity import (
-    HOLDS_EVERY_LOAD,
-    INTERVAL,
-    LEFT,
-    NEAR_CEILING,
-    RIGHT,
-    WHY,
-    shown,
-)
+from harness.readouts import capacity as readouts
 from harness.readouts.restarts import DESIGN_SEEDS
-from harness.report.capacity_law import PROTOCOL
+from harness.report.capacity_law import PROTOCOL, capacity_shown
 from harness.report.frame import missing
 from harness.report.look import model_order
 
@@ -43,63 +35,49 @@ NO_DIFFERENCE = "no difference within their readouts' errors"
 UNDECIDED = "undecided"
 COLUMNS = ("model_a", "model_b", "state", "verdict", "why", "source", "capacity_a", "capacity_b")
 """`pairs.csv`'s columns, in order."""
-
-
-def readout(cell: pd.Series) -> dict:
-    """The cell's capacity as a readout (`harness.readouts.capacity.shown`)."""
-    n, censoring = cell.get("capacity_n90"), cell.get("capacity_censoring")
-    return {
-        "n90": None if missing(n) else float(n),
-        "n90_censoring": None if missing(censoring) else censoring,
-        "n90_low": cell.get("capacity_low"),
-        "n90_high": cell.get("capacity_high"),
-    }
+CEILING = (readouts.HOLDS_EVERY_LOAD, readouts.NEAR_CEILING)
 
 
 def span(cell: pd.Series) -> tuple[float, float] | None:
     """The cell's capacity as a range of n (the module docstring); None where unread."""
-    read = readout(cell)
-    n, kind = read["n90"], read["n90_censoring"]
-    if not cell.get("capacity_readable") or n is None:
+    n, kind = cell.get("capacity_n90"), cell.get("capacity_censoring")
+    if not cell.get("capacity_readable") or missing(n):
         return None
-    if kind == LEFT:
+    if kind == readouts.LEFT:
         return 0.0, n
-    if kind == RIGHT:
+    if kind == readouts.RIGHT:
         return n, math.inf
-    if kind == INTERVAL:
-        return float(read["n90_low"]), float(read["n90_high"])
+    if kind == readouts.INTERVAL:
+        return float(cell["capacity_low"]), float(cell["capacity_high"])
     se_log = 0.0 if missing(cell.get("capacity_se_log")) else float(cell["capacity_se_log"])
     return n * math.exp(-SPREAD * se_log), n * math.exp(SPREAD * se_log)
 
 
 def shown_capacity(cell: pd.Series) -> str:
     """`8.19 (7.65-8.77 at 2 se)`, `<2`, `>=16`, `[48, 64)`, or `not learned`."""
-    found = span(cell)
-    if found is None:
-        return "not learned"
-    text = shown(readout(cell), "n90")
-    exact = missing(cell.get("capacity_censoring")) and found[0] < found[1]
+    found, text = span(cell), capacity_shown(cell)
+    exact = found and missing(cell.get("capacity_censoring")) and found[0] < found[1]
     return f"{text} ({found[0]:.3g}-{found[1]:.3g} at {SPREAD:g} se)" if exact else text
 
 
 def open_side(cell: pd.Series) -> str | None:
     """Why a cell's capacity does not decide a comparison, and the rerun that would; None
     where its readout is closed (exact or between two tested loads)."""
-    steps = cell.get("trainer.max_steps")
-    more_steps = f"trainer.max_steps={2 * int(steps)}" if not missing(steps) else "more steps"
+    steps, kind, text = cell.get("trainer.max_steps"), cell.get("capacity_censoring"), "more steps"
+    more_steps = text if missing(steps) else f"trainer.max_steps={2 * int(steps)}"
     if not cell.get("restarts"):
         return f"no restart at the design's seeds {DESIGN_SEEDS}: rerun with seed=0,1,2"
     if span(cell) is None:
-        why = WHY.get(cell.get("capacity_why"), "no finished restart")
-        learned = f"{cell.get('learned', 0)} of {cell.get('restarts', 0)} restarts"
+        why = readouts.WHY.get(cell.get("capacity_why"), "no finished restart")
+        learned = f"{cell.get('learned', 0)} of {cell['restarts']} restarts"
         return f"not learned ({learned}; best: {why}): rerun with {more_steps} or more seeds"
-    kind, text = cell.get("capacity_censoring"), shown_capacity(cell)
-    if kind == LEFT:
+    text = shown_capacity(cell)
+    if kind == readouts.LEFT:
         return f"below the judging load ({text}): only a wider state reads it"
-    if kind == RIGHT and cell.get("capacity_why") in (HOLDS_EVERY_LOAD, NEAR_CEILING):
+    if kind == readouts.RIGHT and cell.get("capacity_why") in CEILING:
         load = f"capacity.max_load={2 * math.ceil(float(cell['capacity_n90']))}"
         return f"a lower bound ({text}, at the largest tested loads): rerun it with {load}"
-    if kind == RIGHT:
+    if kind == readouts.RIGHT:
         return f"a lower bound ({text}, still rising): rerun it with {more_steps}"
     return None
 
@@ -112,7 +90,7 @@ def compared(a: pd.Series, b: pd.Series) -> tuple[str, str]:
         if span_a[0] >= span_b[1] or span_b[0] >= span_a[1]:
             more = a if span_a[0] >= span_b[1] else b
             return f"{more['mixer']} holds more", f"{values}: the ranges do not overlap"
-        closed = LEFT not in (a.get("capacity_censoring"), b.get("capacity_censoring"))
+        closed = readouts.LEFT not in (a.get("capacity_censoring"), b.get("capacity_censoring"))
         if closed and math.inf not in (span_a[1], span_b[1]):
             return NO_DIFFERENCE, f"{values}: within {SPREAD:g} standard errors"
     why_a, why_b = open_side(a), open_side(b)
@@ -123,12 +101,9 @@ def compared(a: pd.Series, b: pd.Series) -> tuple[str, str]:
 
 
 def size_of(cell: pd.Series) -> Size:
-    return Size(
-        cell["mixer"],
-        cell.get("family") or cell["mixer"],
-        cell.get("state.mixer_floats_per_layer"),
-        cell.get("state.rank_bound_stack"),
-    )
+    floats, bound = cell.get("state.mixer_floats_per_layer"), cell.get("state.rank_bound_stack")
+    family = cell.get("family")
+    return Size(cell["mixer"], cell["mixer"] if missing(family) else family, floats, bound)
 
 
 def state_text(a: Size, b: Size) -> str:
@@ -144,31 +119,20 @@ def pair_rows(cells: pd.DataFrame) -> list[dict]:
     of them this sweep's (`source` own); a pair with a reference cell has `source` reference."""
     if cells.empty:
         return []
-    cells = cells.assign(source=cells.get("source", OWN)).reset_index(drop=True)
+    own = pd.Series(OWN, index=cells.index)
+    cells = cells.assign(source=cells.get("source", own).fillna(OWN)).reset_index(drop=True)
     cells = cells.dropna(subset=["state.mixer_floats_per_layer"])
     order = sorted(cells.index, key=lambda i: model_order(cells.at[i, "mixer"]))
     fixed = fixed_bound([size_of(c) for _, c in cells.iterrows()])
     rows = []
-    for i, j in combinations(order, 2):
-        a, b = cells.loc[i], cells.loc[j]
+    for a, b in ((cells.loc[i], cells.loc[j]) for i, j in combinations(order, 2)):
         same = all(str(a.get(k)) == str(b.get(k)) for k in PROTOCOL)
-        if not same or OWN not in (a["source"], b["source"]):
-            continue
-        if not equal_state(size_of(a), size_of(b), fixed):
-            continue
-        verdict, why = compared(a, b)
-        rows.append(
-            dict(
-                model_a=a["mixer"],
-                model_b=b["mixer"],
-                state=state_text(size_of(a), size_of(b)),
-                verdict=verdict,
-                why=why,
-                source=REFERENCE if REFERENCE in (a["source"], b["source"]) else OWN,
-                capacity_a=shown_capacity(a),
-                capacity_b=shown_capacity(b),
-            )
-        )
+        sources = {a["source"], b["source"]}
+        if same and OWN in sources and equal_state(size_of(a), size_of(b), fixed):
+            source = REFERENCE if REFERENCE in sources else OWN
+            found = (a["mixer"], b["mixer"], state_text(size_of(a), size_of(b)), *compared(a, b))
+            shown = (*found, source, shown_capacity(a), shown_capacity(b))
+            rows.append(dict(zip(COLUMNS, shown, strict=True)))
     return rows
 
 

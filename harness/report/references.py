@@ -15,19 +15,14 @@ from matplotlib.colors import to_rgb
 from harness.config.group_nodes import ROOT
 from harness.records.sweep import load_sweep
 from harness.report import look
+from harness.report.capacity_law import PROTOCOL
 from harness.report.frame import as_key, clean_rows
 
 RESULTS = ROOT / "docs" / "results"
 LISTED = RESULTS / "references.txt"
-MATCH = (
-    "task",
-    "task.vocab_size",
-    "capacity.protocol",
-    "capacity.bound_multiple",
-    "trainer.max_steps",
-    "backbone.n_layers",
-    "backbone.d_model",
-)
+PROTOCOL_KEYS = ("capacity.protocol", "capacity.bound_multiple", "task.vocab_size")
+MATCH = (*PROTOCOL, *PROTOCOL_KEYS, "backbone.d_model")
+"""The settings a reference's record shares with the sweep's to be read beside it."""
 FADE = 0.55
 """How far toward white a reference's markers and lines are drawn from its mixer's colour."""
 

@@ -245,11 +245,9 @@ def with_references(
         laws.update(fitted)
         runs += design_runs(restart_frame(found, table, keys), mine)
         names = ", ".join(sorted(set(originals)))
-        notes.append(
-            f"Reference docs/results/{folder} ({steps} steps; docs/results/references.txt): "
-            f"{len(found)} runs of {names} under this sweep's capacity protocol, drawn faded "
-            "beside its own and paired with them (--no-references leaves them out)."
-        )
+        where = f"docs/results/{folder} ({steps} steps; docs/results/references.txt)"
+        said = "under this sweep's capacity protocol, drawn faded and paired with its own"
+        notes.append(f"Reference {where}: {len(found)} runs of {names} {said}.")
     return (pd.concat(cells) if cells else pd.DataFrame()), laws, runs, notes
 
 
@@ -284,24 +282,23 @@ def report(
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
-    own = cells.assign(source=OWN, family=cells.get("mixer")) if not cells.empty else cells
-    pairs = pair_rows(pd.concat([own, ref_cells]))
-    summary = [*verdicts(frame, rows, threshold), *pair_lines(pairs)]
+    pairs = pair_rows(pd.concat([cells, ref_cells]))
+    summary, closing = verdicts(frame, rows, threshold), pair_lines(pairs)
+    fitted = any(lined(law) for (_, e), law in laws.items() if e == CAPACITY)
     origin = provenance(sweep, description, rows)
     page = write_page(
-        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
-        threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
+        out / "report.html", sweep, [*summary, *closing], notes, figures, table, problems, origin,
+        settings, threshold, fitted=fitted,
     )  # fmt: skip
     print_table(table)
     failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
-    for line in [*notes, *summary[: len(summary) - len(pairs)], *failed, *pair_lines(pairs)]:
+    for line in [*notes, *summary, *failed, *closing]:
         print(line)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
     if laws or ref_laws:
-        table_of_laws = laws_frame(laws | ref_laws)
-        table_of_laws["source"] = [REFERENCE if k in ref_laws else OWN for k in laws | ref_laws]
-        table_of_laws.to_csv(out / "laws.csv", index=False)
+        sources = [REFERENCE if k in ref_laws else OWN for k in laws | ref_laws]
+        laws_frame(laws | ref_laws).assign(source=sources).to_csv(out / "laws.csv", index=False)
         written.insert(1, out / "laws.csv")
     if pairs:
         pd.DataFrame(pairs, columns=COLUMNS).to_csv(out / "pairs.csv", index=False)

@@ -37,7 +37,7 @@ from harness.report.look import model_order
 
 CELL = "cell"
 """The report's cell column: a point's task and parameters (`cell_key`), rate and seed aside."""
-PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers")
+PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers", "capacity.protocol")
 """The settings a cell keeps beside its state: cells compare only under the same ones."""
 ESTIMAND_NAMES = {
     CAPACITY: "capacity (each width's restarts within 0.8 of its best, chosen on validation)",

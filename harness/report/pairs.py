@@ -75,7 +75,8 @@ def open_side(cell: pd.Series) -> str | None:
     if kind == readouts.LEFT:
         return f"below the judging load ({text}): only a wider state reads it"
     if kind == readouts.RIGHT and cell.get("capacity_why") in CEILING:
-        load = f"capacity.max_load={2 * math.ceil(float(cell['capacity_n90']))}"
+        load = 2 * math.ceil(float(cell["capacity_n90"]))
+        load = f"capacity.max_load={load}" if cell.get("capacity.protocol") else f"loads to {load}"
         return f"a lower bound ({text}, at the largest tested loads): rerun it with {load}"
     if kind == readouts.RIGHT:
         return f"a lower bound ({text}, still rising): rerun it with {more_steps}"

@@ -20,8 +20,7 @@ from harness.report.frame import as_key, clean_rows
 
 RESULTS = ROOT / "docs" / "results"
 LISTED = RESULTS / "references.txt"
-PROTOCOL_KEYS = ("capacity.protocol", "capacity.bound_multiple", "task.vocab_size")
-MATCH = (*PROTOCOL, *PROTOCOL_KEYS, "backbone.d_model")
+MATCH = (*PROTOCOL, "capacity.bound_multiple", "task.vocab_size", "backbone.d_model")
 """The settings a reference's record shares with the sweep's to be read beside it."""
 FADE = 0.55
 """How far toward white a reference's markers and lines are drawn from its mixer's colour."""

@@ -40,16 +40,17 @@ def listed(path: Path | None = None) -> list[str]:
 
 def reference_rows(own: list[dict], path: Path | None = None) -> list[tuple[str, list[dict]]]:
     """(folder, its rows) of each listed folder with rows under one of `own`'s capacity
-    protocols, `own`'s config hashes left out; none where `own` ran without the protocol."""
+    protocols, `own`'s config hashes left out (none left where the folder is `own`'s); no
+    folder where `own` ran without the protocol."""
     protocols = {protocol(r) for r in own if r.get("capacity.protocol")}
     hashes = {r.get("config_hash") for r in own}
     found = []
     for folder in listed(path) if protocols else []:
         records = RESULTS / folder / "records"
         rows = clean_rows(load_sweep(records if records.is_dir() else RESULTS / folder))
-        rows = [r for r in rows if protocol(r) in protocols and r.get("config_hash") not in hashes]
-        if rows:
-            found.append((folder, rows))
+        matched = [r for r in rows if protocol(r) in protocols]
+        if matched:
+            found.append((folder, [r for r in matched if r.get("config_hash") not in hashes]))
     return found
 
 

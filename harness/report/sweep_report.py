@@ -231,8 +231,8 @@ def with_references(
     """The committed references' cells (`source` reference, `family` their mixer), laws and
     capacity runs beside `rows` (`harness.report.references`), and a note a reference."""
     cells, laws, runs, notes = [], {}, [], []
-    for folder, found in reference_rows(rows):
-        found = reread(found, threshold)
+    matched = reference_rows(rows)
+    for folder, found in ((f, reread(kept, threshold)) for f, kept in matched if kept):
         _, swept, table = tabulated(found)
         keys = [c for c in swept if c not in AVERAGED + SELECTED]
         steps, originals = found[0].get("trainer.max_steps"), list(table["name"])
@@ -248,6 +248,9 @@ def with_references(
         where = f"docs/results/{folder} ({steps} steps; docs/results/references.txt)"
         said = "under this sweep's capacity protocol, drawn faded and paired with its own"
         notes.append(f"Reference {where}: {len(found)} runs of {names} {said}.")
+    if not matched and any(r.get("capacity.protocol") for r in rows):
+        found = "shares this sweep's capacity protocol (task, budget, layers, width)"
+        notes.append(f"No committed reference (docs/results/references.txt) {found}.")
     return (pd.concat(cells) if cells else pd.DataFrame()), laws, runs, notes
 
 

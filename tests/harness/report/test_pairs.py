@@ -113,3 +113,16 @@ def test_no_references_with_the_switch_off(committed: Path, tmp_path: Path) -> N
     assert not (sweep / "report" / "pairs.csv").exists()
     laws = pd.read_csv(sweep / "report" / "laws.csv")
     assert set(laws["source"]) == {"own"} and set(laws["model"]) == {"deltanet"}
+
+
+def test_a_sweep_under_another_budget_is_told_no_reference_matches(
+    committed: Path, tmp_path: Path, capsys
+) -> None:
+    own = records(("deltanet",), protocol=True)
+    for rec in own:
+        rec["config"]["trainer"]["max_steps"] = 1500
+        rec["config_hash"] += "-1500"
+    report(write_sweep(tmp_path / "sweep", own), wandb_mode="disabled")
+    printed = capsys.readouterr().out
+    assert "No committed reference (docs/results/references.txt) shares this sweep's" in printed
+    assert "(reference:" not in printed

@@ -83,10 +83,11 @@ def open_side(cell: pd.Series) -> str | None:
     return None
 
 
-def compared(a: pd.Series, b: pd.Series) -> tuple[str, str]:
-    """(verdict, why) of cells `a` and `b` (the module docstring)."""
+def compared(a: pd.Series, b: pd.Series, level: str = "n90") -> tuple[str, str]:
+    """(verdict, why) of cells `a` and `b` (the module docstring), their readouts named
+    `level` (`n80` at threshold 0.8)."""
     span_a, span_b = span(a), span(b)
-    values = f"n90 {shown_capacity(a)} against {shown_capacity(b)}"
+    values = f"{level} {shown_capacity(a)} against {shown_capacity(b)}"
     if span_a and span_b:
         if span_a[0] >= span_b[1] or span_b[0] >= span_a[1]:
             more = a if span_a[0] >= span_b[1] else b
@@ -115,9 +116,10 @@ def state_text(a: Size, b: Size) -> str:
     return f"{floats} floats (R {a.rank_bound:g} and {b.rank_bound:g})"
 
 
-def pair_rows(cells: pd.DataFrame) -> list[dict]:
+def pair_rows(cells: pd.DataFrame, level: str = "n90") -> list[dict]:
     """One row of `COLUMNS` per pair of cells at equal state under one protocol, at least one
-    of them this sweep's (`source` own); a pair with a reference cell has `source` reference."""
+    of them this sweep's (`source` own); a pair with a reference cell has `source` reference;
+    `level` names the readout."""
     if cells.empty:
         return []
     own = pd.Series(OWN, index=cells.index)
@@ -131,8 +133,9 @@ def pair_rows(cells: pd.DataFrame) -> list[dict]:
         sources = {a["source"], b["source"]}
         if same and OWN in sources and equal_state(size_of(a), size_of(b), fixed):
             source = REFERENCE if REFERENCE in sources else OWN
-            found = (a["mixer"], b["mixer"], state_text(size_of(a), size_of(b)), *compared(a, b))
-            shown = (*found, source, shown_capacity(a), shown_capacity(b))
+            state = state_text(size_of(a), size_of(b))
+            shown = (a["mixer"], b["mixer"], state, *compared(a, b, level), source)
+            shown += (shown_capacity(a), shown_capacity(b))
             rows.append(dict(zip(COLUMNS, shown, strict=True)))
     return rows
 

@@ -17,6 +17,7 @@ from harness.config.figure_specs import (
     declared_figures,
     default_figures,
 )
+from harness.readouts.capacity import level_name
 from harness.readouts.cell_law import CellLaw, laws_frame
 from harness.readouts.restarts import CAPACITY
 from harness.records.schema import status_of, tally
@@ -285,7 +286,7 @@ def report(
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
-    pairs = pair_rows(pd.concat([cells, ref_cells]))
+    pairs = pair_rows(pd.concat([cells, ref_cells]), level_name(threshold))
     summary, closing = verdicts(frame, rows, threshold), pair_lines(pairs)
     fitted = any(lined(law) for (_, e), law in laws.items() if e == CAPACITY)
     origin = provenance(sweep, description, rows)

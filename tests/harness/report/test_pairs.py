@@ -105,6 +105,11 @@ def test_a_one_mixer_sweep_is_read_beside_the_references(
     assert ours == 3 and theirs == 8
     linear = look.colour("linear")
     assert look.colour("linear (reference: law, 800 steps)") > linear  # toward white
+    report(sweep, tmp_path / "n80", wandb_mode="disabled", threshold=0.8)  # read anew at 0.8
+    at80 = pd.read_csv(tmp_path / "n80" / "pairs.csv", keep_default_na=False)
+    by_state = dict(zip(at80["state"], at80["capacity_b"], strict=True))
+    assert by_state["R 64; 512 and 544 floats"].startswith("5 (")  # 2.5 at 0.9, one slope on
+    assert all(why.startswith("n80 ") for why in at80["why"])
 
 
 def test_no_references_with_the_switch_off(committed: Path, tmp_path: Path) -> None:

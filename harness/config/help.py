@@ -51,8 +51,11 @@ def group_lines() -> str:
     """`group: option, option, ...` for every group of conf/ outside hydra/, sorted
     (`harness.config.group_nodes.group_options`)."""
     from harness.config.group_nodes import group_options
+    from harness.config.state_sizes import equal_state_lines
 
-    return "\n".join(f"{group}: {', '.join(options)}" for group, options in group_options().items())
+    groups = [f"{group}: {', '.join(options)}" for group, options in group_options().items()]
+    equal = "state_size options at equal state (equal R, floats within 10%; the report pairs them):"
+    return "\n".join([*groups, equal, equal_state_lines()])
 
 
 def help_page(overrides: Sequence[str] = ()) -> str:

@@ -192,7 +192,8 @@ def fit_cell_laws(
 
 def law_row(law: CellLaw) -> dict:
     """A row of `laws.csv`: model, estimand, c, R0, b, b_low, b_high, widths read and fitted,
-    restarts, the lack of fit, the left-out widths predicted, and the source."""
+    restarts, the lack of fit, the left-out widths predicted, and the source (`own`: the
+    sweep's records; the report marks a committed reference's `reference`)."""
     primary, rank = law.primary, law.rank
     inside, judged = predicted_share(law.held)
     lack = rank.lack_of_fit
@@ -212,7 +213,7 @@ def law_row(law: CellLaw) -> dict:
         "lack_of_fit_F": lack.f if lack else None,
         "lack_of_fit_p": lack.p if lack else None,
         "predicted": f"{inside} of {judged}" if judged else None,
-        "source": "this sweep",
+        "source": "own",
     }
 
 

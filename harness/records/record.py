@@ -2,11 +2,13 @@
 writing it."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config.group_nodes import ROOT
 from harness.config.hashing import params_of
 from harness.config.hydra_job import group_choices
 from harness.records.files import jsonable, write_atomic
@@ -26,10 +28,22 @@ def new_record(cfg: DictConfig, digest: str, run_dir: Path) -> dict:
         seq_len=integer(cfg.task.get("seq_len")),  # a refused value stays in `config`
         seed=integer(cfg.seed),
         config_hash=digest,
+        commit=git("rev-parse", "HEAD"),
         choices=group_choices(),
         run_dir=str(run_dir),
         config=config_of(cfg),
     ).model_dump()
+
+
+def git(*args: str) -> str | None:
+    """`git <args>` run on the code's checkout, its output; None outside a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
 
 
 def integer(value: object) -> int | None:

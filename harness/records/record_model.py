@@ -125,6 +125,7 @@ class Record(Block):
     seq_len: int | None
     seed: int | None
     config_hash: str | None = None
+    commit: str | None = None  # `git rev-parse HEAD` of the code that ran it; null outside git
     choices: dict[str, str | None] = {}  # each config group's option: a swept +state_size too
     num_params: int | None = None
     state: StateBlock | None = None

@@ -2,7 +2,9 @@
 
 Reads every job's record (`harness.records.sweep.load_sweep`), aggregates repeated seeds (mean,
 standard deviation, count), picks the best learning rate per point by validation accuracy
-where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, the figures its preset
+where a grid was swept, and writes into `<sweep>/report/`: `table.csv`, `laws.csv`, `pairs.csv`
+(mixers at equal state, `harness.report.pairs`; beside the committed references,
+`harness.report.references`), the figures its preset
 declares (`report.figures` in `conf/experiment/<name>.yaml`; without one, the default rule's:
 `acc_vs_<task parameter>.png` for each varied numeric task parameter, `acc_vs_state.png`,
 `acc_vs_load.png`, `capacity_vs_state.png`, `acc_vs_test_length.png`, `needle_heatmap.png`,

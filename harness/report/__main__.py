@@ -1,5 +1,5 @@
 """`python -m harness.report <sweep folder> [--out DIR] [--wandb auto|offline|online|disabled]
-[--threshold T]`."""
+[--threshold T] [--no-references]`."""
 
 import argparse
 from pathlib import Path
@@ -17,6 +17,8 @@ def main() -> None:
     threshold = "read every load curve at this accuracy (n80 at 0.8); default: the sweep's "
     threshold += "capacity.threshold"
     parser.add_argument("--threshold", type=float, default=None, help=threshold)
+    no_references = "leave out the committed references (docs/results/references.txt)"
+    parser.add_argument("--no-references", action="store_true", help=no_references)
     args = parser.parse_args()
     if args.threshold is not None and not 0 < args.threshold <= 1:
         parser.error(f"--threshold={args.threshold} is invalid: must be in (0, 1]")
@@ -26,7 +28,7 @@ def main() -> None:
     from harness.report.sweep_report import report  # torch, pandas, matplotlib: after --help
 
     try:
-        report(args.sweep, args.out, args.wandb, args.threshold)
+        report(args.sweep, args.out, args.wandb, args.threshold, not args.no_references)
     except NotARecord as error:
         parser.exit(2, f"error: {error}\n")
 

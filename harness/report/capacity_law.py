@@ -27,6 +27,7 @@ from harness.readouts.restarts import (
     CAPACITY,
     ESTIMANDS,
     REACH,
+    STATE_COLUMNS,
     TYPICAL,
     cells,
     restarts,
@@ -36,6 +37,8 @@ from harness.report.look import model_order
 
 CELL = "cell"
 """The report's cell column: a point's task and parameters (`cell_key`), rate and seed aside."""
+PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers", "capacity.protocol")
+"""The settings a cell keeps beside its state: cells compare only under the same ones."""
 ESTIMAND_NAMES = {
     CAPACITY: "capacity (each width's restarts within 0.8 of its best, chosen on validation)",
     TYPICAL: "the typical restart (every readable restart)",
@@ -75,7 +78,7 @@ def cells_and_laws(
     if frame.empty:
         return pd.DataFrame(), {}
     frame = frame[frame["capacity.verdict"].notna() | (frame["status"] != "ok")]
-    table = cells(frame, [CELL], by="mixer")
+    table = cells(frame, [CELL], by="mixer", keep=(*STATE_COLUMNS, *PROTOCOL))
     return table, fit_cell_laws(restarts(frame, "mixer"), table, [CELL], by="mixer")
 
 

@@ -15,13 +15,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from harness.readouts.capacity import (
-    RIGHT,
-    RISING_PAST_JUDGING_LOAD,
-    TRAINING_LIMITED,
-)
+from harness.readouts.capacity import RIGHT
 from harness.readouts.censored_law import Observation, readout_observation
-from harness.readouts.restarts import restarts
+from harness.readouts.restarts import readable, restarts
 from harness.records.record import KV_CACHES
 from harness.records.schema import OK
 from harness.report.capacity_law import CELL
@@ -61,12 +57,10 @@ class CapacityRun:
 
     @property
     def fitted(self) -> bool:
-        """A readout of the state (the module docstring's rule): not training_limited, or
-        still rising past the judging load (a lower bound); with a readout."""
-        usable = (
-            self.verdict not in (None, TRAINING_LIMITED) or self.why == RISING_PAST_JUDGING_LOAD
-        )
-        return usable and self.n90 is not None
+        """A readout of the state, by the one rule for weak runs (the module docstring;
+        `harness.readouts.restarts.readable`)."""
+        why = {"capacity.verdict": self.verdict, "capacity.why": self.why, "capacity.n90": self.n90}
+        return readable(why)
 
     @property
     def lower_bound(self) -> bool:

@@ -3,27 +3,18 @@ result"): the command, the commit, the date, the versions, the machine and the w
 
 import os
 import platform
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
 
-from harness.config.group_nodes import ROOT
+from harness.records.record import git
 from harness.records.schema import SUMMARY
-
-
-def git(*args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10, check=True
-    )
-    return done.stdout.strip()
 
 
 def commit() -> str:
     """`git rev-parse HEAD` of the code (with `+ local changes` when the tree is dirty)."""
-    try:
-        head, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
-    except (OSError, subprocess.SubprocessError):
+    head, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "-uno")
+    if head is None:
         return "unknown (not a git checkout)"
     return f"{head} + local changes" if dirty else head
 

@@ -17,6 +17,7 @@ from harness.config.figure_specs import (
     declared_figures,
     default_figures,
 )
+from harness.readouts.capacity import level_name
 from harness.readouts.cell_law import CellLaw, laws_frame
 from harness.readouts.restarts import CAPACITY
 from harness.records.schema import status_of, tally
@@ -24,7 +25,7 @@ from harness.records.sweep import load_sweep, sweep_description
 from harness.report.budget import budget, rate_chosen
 from harness.report.capacity_figure import capacity_figure, lined
 from harness.report.capacity_law import cells_and_laws, law_notes, restart_frame
-from harness.report.capacity_runs import design_runs
+from harness.report.capacity_runs import CapacityRun, design_runs
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.frame import (
     AVERAGED,
@@ -42,8 +43,10 @@ from harness.report.frame import (
 from harness.report.load_curve import load_figure
 from harness.report.look import save
 from harness.report.page import write_page
+from harness.report.pairs import COLUMNS, OWN, REFERENCE, pair_lines, pair_rows
 from harness.report.plain_table import print_table, write_csv
 from harness.report.provenance import provenance
+from harness.report.references import reference_name, reference_rows
 from harness.report.reread import default_threshold, reread, threshold_of
 from harness.report.slices import copy_figure, needle_heatmap
 from harness.report.table import frontier_rows, point_rows, problem_rows
@@ -134,12 +137,14 @@ def draw(
     laws: dict[tuple[str, str], CellLaw] | None = None,
     threshold: float | None = None,
     cells: pd.DataFrame | None = None,
+    references: list[CapacityRun] = (),
 ) -> dict[str, Figure]:
     """The figures of `specs` by file name, those the records hold (a figure for a variable
     that was not varied, or a task that is not there, is left out); `rows`, the jobs behind
     them, give a load curve's seeds and every figure's budget; `laws` (by mixer and
     estimand), `threshold` and `cells` (`harness.report.capacity_law.cells_and_laws`), the
-    capacity figure's. The default rule leaves the accuracy against state out of load curves:
+    capacity figure's, `references` the committed references' runs drawn beside them. The
+    default rule leaves the accuracy against state out of load curves:
     its accuracy would be a token-weighted mean over the tested loads, no one load and no
     readout; the capacity figure (or the load curves' legend) gives the readout against
     the state."""
@@ -152,7 +157,7 @@ def draw(
     subtitle = budget(rows)
     drawers = {
         "load_curve": lambda _: load_figure(named, named_keys, rows, threshold),
-        "capacity": lambda _: capacity_figure(runs, rows, capacity, threshold),
+        "capacity": lambda _: capacity_figure([*runs, *references], rows, capacity, threshold),
         "test_length": lambda _: length_figure(named, named_keys, subtitle),
         "needle_heatmap": lambda _: needle_heatmap(named, named_keys, subtitle),
         "copy_vs_length": lambda _: copy_figure(named, named_keys, subtitle),
@@ -207,20 +212,60 @@ def read(
     rows = clean_rows(frame)
     threshold = threshold_of(rows, threshold)
     rows = reread(rows, threshold)
+    return rows, *tabulated(rows), threshold
+
+
+def tabulated(rows: list[dict]) -> tuple[list[str], list[str], pd.DataFrame]:
+    """`rows`' parameter columns, the varied ones, and their points with each point's variant
+    `name`."""
     columns = parameter_columns(rows)
     swept = varied(rows, columns)
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
     table = points(rows, point_keys)
     table["name"] = list(variants(table, point_keys)[0]["model"]) if len(table) else []
-    return rows, columns, swept, table, threshold
+    return columns, swept, table
+
+
+def with_references(
+    rows: list[dict], threshold: float
+) -> tuple[pd.DataFrame, dict[tuple[str, str], CellLaw], list[CapacityRun], list[str]]:
+    """The committed references' cells (`source` reference, `family` their mixer), laws and
+    capacity runs beside `rows` (`harness.report.references`), and a note a reference."""
+    cells, laws, runs, notes = [], {}, [], []
+    matched = reference_rows(rows)
+    for folder, found in ((f, reread(kept, threshold)) for f, kept in matched if kept):
+        _, swept, table = tabulated(found)
+        keys = [c for c in swept if c not in AVERAGED + SELECTED]
+        steps, originals = found[0].get("trainer.max_steps"), list(table["name"])
+        table["name"] = [reference_name(n, folder, steps) for n in originals]
+        family = dict(zip(table["name"], originals, strict=True))
+        mine, fitted = cells_and_laws(found, table, keys)
+        if mine.empty:
+            continue
+        cells.append(mine.assign(source=REFERENCE, family=mine["mixer"].map(family)))
+        laws.update(fitted)
+        runs += design_runs(restart_frame(found, table, keys), mine)
+        names = ", ".join(sorted(set(originals)))
+        where = f"docs/results/{folder} ({steps} steps; docs/results/references.txt)"
+        said = "under this sweep's capacity protocol, drawn faded and paired with its own"
+        notes.append(f"Reference {where}: {len(found)} runs of {names} {said}.")
+    if not matched and any(r.get("capacity.protocol") for r in rows):
+        found = "shares this sweep's capacity protocol (task, budget, layers, width)"
+        notes.append(f"No committed reference (docs/results/references.txt) {found}.")
+    return (pd.concat(cells) if cells else pd.DataFrame()), laws, runs, notes
 
 
 def report(
-    sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
+    sweep: Path,
+    out: Path | None = None,
+    wandb_mode: str = "auto",
+    threshold: float | None = None,
+    references: bool = True,
 ) -> list[dict]:
     """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table.
     Every load curve's readout is read anew at `threshold` (default: the sweep's
-    `capacity.threshold`; `harness.report.reread`)."""
+    `capacity.threshold`; `harness.report.reread`); `references`: with the committed
+    references that match the sweep's protocol (`with_references`)."""
     sweep = Path(sweep)
     rows, columns, swept, frame, threshold = read(sweep, threshold)
     out = Path(out or sweep / "report")
@@ -229,28 +274,38 @@ def report(
     point_keys = [c for c in swept if c not in AVERAGED + SELECTED]
     notes = opening_notes(rows, swept, rate_chosen(rows))
     cells, laws = cells_and_laws(rows, frame, point_keys)
+    empty = (pd.DataFrame(), {}, [], [])
+    ref_cells, ref_laws, ref_runs, ref_notes = (
+        with_references(rows, threshold) if references else empty
+    )
     chosen = description.get("swept")
     specs = figure_specs(frame, point_keys, chosen, description.get("experiment"))
-    drawn = draw(frame, point_keys, rows, specs, laws, threshold, cells)
+    drawn = draw(frame, point_keys, rows, specs, laws | ref_laws, threshold, cells, ref_runs)
     figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
-    notes.extend(law_notes(laws, cells, threshold))
+    notes.extend([*law_notes(laws, cells, threshold), *ref_notes])
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
-    summary = verdicts(frame, rows, threshold)
+    pairs = pair_rows(pd.concat([cells, ref_cells]), level_name(threshold))
+    summary, closing = verdicts(frame, rows, threshold), pair_lines(pairs)
+    fitted = any(lined(law) for (_, e), law in laws.items() if e == CAPACITY)
     origin = provenance(sweep, description, rows)
     page = write_page(
-        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
-        threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
+        out / "report.html", sweep, [*summary, *closing], notes, figures, table, problems, origin,
+        settings, threshold, fitted=fitted,
     )  # fmt: skip
     print_table(table)
     failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
-    for line in [*notes, *summary, *failed]:
+    for line in [*notes, *summary, *failed, *closing]:
         print(line)
     log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
     written = [write_csv(table, out / "table.csv"), *figures, page]
-    if laws:
-        laws_frame(laws).to_csv(out / "laws.csv", index=False)
+    if laws or ref_laws:
+        sources = [REFERENCE if k in ref_laws else OWN for k in laws | ref_laws]
+        laws_frame(laws | ref_laws).assign(source=sources).to_csv(out / "laws.csv", index=False)
         written.insert(1, out / "laws.csv")
+    if pairs:
+        pd.DataFrame(pairs, columns=COLUMNS).to_csv(out / "pairs.csv", index=False)
+        written.insert(1, out / "pairs.csv")
     print(f"written to {out}: {', '.join(p.name for p in written)}")
     return table

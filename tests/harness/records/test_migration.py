@@ -11,7 +11,7 @@ import pytest
 from harness.config.hashing import config_hash
 from harness.records.migration import completed_state, migrated
 from harness.records.record import config_of, new_record
-from harness.records.record_model import NotARecord, checked
+from harness.records.record_model import NotARecord, Record, checked
 from harness.records.schema import SCHEMA_VERSION
 from harness.records.summary import read_summary
 from harness.records.sweep import records_of
@@ -103,3 +103,16 @@ def test_training_reads_past_a_broken_line_and_a_refused_value_makes_a_valid_rec
         read_summary(tmp_path, check=True)
     refused = new_record(make_cfg(["task.seq_len=64.5"]), "hash", tmp_path)
     assert checked(refused)["seq_len"] is None and refused["config"]["task"]["seq_len"] == 64.5
+
+
+def test_a_new_record_carries_its_commit_and_an_older_one_reads_null(make_cfg, tmp_path) -> None:
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    fresh = new_record(make_cfg([]), "hash", tmp_path)
+    assert len(head) == 40 and checked(fresh)["commit"] == head
+    older = record("linear")  # written before records kept their commit
+    assert "commit" not in older
+    assert Record.model_validate(older).commit is None
+    outside = {**fresh, "commit": None}
+    assert checked(outside)["commit"] is None

@@ -16,12 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from harness.records.files import write_atomic
-from harness.records.migration import migrated
+from harness.records.files import read_summary, write_atomic
 from harness.records.record import model_label
-from harness.records.record_model import checked
+from harness.records.record_model import checked, migrated
 from harness.records.schema import RECORD
-from harness.records.summary import read_summary
 from models.stack import HYBRID, layers_text
 
 DESCRIPTION = "sweep.json"

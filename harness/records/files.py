@@ -7,7 +7,7 @@ import fcntl
 import json
 import math
 import os
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +26,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def umask() -> int:
-    """The process's file-creation mask (read by setting it and setting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`; the file gets
-    the mode a plain `open` would give it (0o666 less the umask), not mkstemp's 0o600, so
-    that collaborators read it where the umask lets them."""
+    """Write to a temp file beside `path` (one per process and thread), fsync, then rename over
+    `path`. The temp file is opened as any file is, so it gets the mode a plain `open` gives
+    (0o666 less the umask) and collaborators read it where the umask lets them."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "w") as handle:
+        with open(tmp, "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

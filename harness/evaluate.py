@@ -32,10 +32,9 @@ from common.checks import require
 from harness.config.hashing import config_hash
 from harness.config.refusal import BadInput, as_bad_input, refused
 from harness.config.settings import defaults
-from harness.readouts.capacity import readout_of
 from harness.records.record import new_record, write_record
 from harness.records.schema import OK, RECORD
-from harness.train import baseline_metrics, job_threads, record_built_parts
+from harness.train import job_threads, record_built_parts, test
 from harness.training.build import BuiltRun, build
 from harness.training.checkpoint import WEIGHTS, kept_weights
 from harness.training.console import capacity_text
@@ -50,24 +49,6 @@ CHANGEABLE = (
     "trainer.precision",
 )
 """Keys an evaluation may change besides `task.*`: what is tested, never what was trained."""
-ONE_LOCAL_DEVICE = {"accelerator": "auto", "devices": 1}
-"""An evaluation is one process on this machine, whatever devices the run trained on."""
-
-
-def on_one_local_device(cfg: DictConfig) -> None:
-    """Point `cfg.trainer` at one process on this machine (a `strategy` becomes `auto`)."""
-    cfg.trainer.update(ONE_LOCAL_DEVICE)
-    if "strategy" in cfg.trainer:
-        cfg.trainer.strategy = "auto"
-
-
-def check_retest_key(key: str) -> None:
-    ok = (key.startswith("task.") and key != "task.name") or key in CHANGEABLE
-    if not ok:
-        raise BadInput(
-            f"{key} cannot change when re-testing kept weights: allowed are task.* "
-            f"(except task.name), {', '.join(CHANGEABLE)}"
-        )
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
@@ -80,12 +61,17 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
             why = [x for x in str(error).splitlines() if not x.startswith(("Error", "See"))]
             why = why or ["see Hydra's override grammar"]
             raise BadInput(f"{line!r} is not a key=value override ({why[0]})") from error
-        check_retest_key(override.key_or_group)
+        key = override.key_or_group
+        if not (key.startswith("task.") and key != "task.name") and key not in CHANGEABLE:
+            raise BadInput(
+                f"{key} cannot change when re-testing kept weights: allowed are task.* "
+                f"(except task.name), {', '.join(CHANGEABLE)}"
+            )
         if override.is_delete():
             raise BadInput(f"{line}: a key cannot be deleted, only given a value")
         if override.is_sweep_override():
             raise BadInput(f"{line}: one value per key (several lengths: task.eval_seq_lens=[a,b])")
-        OmegaConf.update(cfg, override.key_or_group, override.value(), force_add=True)
+        OmegaConf.update(cfg, key, override.value(), force_add=True)
     return cfg
 
 
@@ -145,7 +131,8 @@ def evaluate(
     with as_bad_input():
         trained, cfg, weights = load_run(run_dir)
         cfg = apply_overrides(cfg, overrides)
-        on_one_local_device(cfg)
+        # one process on this machine, whatever devices the run trained on
+        cfg.trainer.update(accelerator="auto", devices=1, strategy="auto")
         parts = build(cfg)
         load_weights(parts, weights)
     digest = config_hash(cfg)
@@ -159,23 +146,11 @@ def evaluate(
         "overrides": list(overrides),
         "trained_seq_len": trained["seq_len"],
     }
-    parts.data.setup("test")
-    trainer = quiet_trainer(
-        accelerator=cfg.trainer.get("accelerator", "auto"),
-        devices=1,
-        precision=cfg.trainer.get("precision", "32-true"),
-        default_root_dir=out,
-    )
-    trainer.test(parts.module, parts.data.test_dataloader(), verbose=False)
-    record["metrics"].update(parts.module.test_results)
-    record["metrics"].update(baseline_metrics(parts))
-    declared = defaults()
-    threshold = OmegaConf.select(cfg, "capacity.threshold", default=declared["capacity.threshold"])
-    min_delta = OmegaConf.select(cfg, "plateau.min_delta", default=declared["plateau.min_delta"])
-    train, num_test = record.get("train"), parts.data.sizes["test"]
-    record["capacity"] = readout_of(
-        record["metrics"], threshold, train, num_test, min_delta, cfg.data.num_val
-    )
+    for key in ("capacity.threshold", "plateau.min_delta"):  # an older run's config may lack them
+        OmegaConf.update(cfg, key, OmegaConf.select(cfg, key, default=defaults()[key]))
+    precision = cfg.trainer.get("precision", "32-true")
+    trainer = quiet_trainer(devices=1, precision=precision, default_root_dir=out)
+    test(trainer, parts, record, cfg)
     record["status"] = OK
     write_record(out, record)
     return record

@@ -24,13 +24,13 @@ from harness.config.hydra_job import (
     parallel_jobs,
     sweep_dir,
 )
-from harness.config.run_checks import check_run
+from harness.config.refusal import check_run
 from harness.readouts.capacity import baseline_metrics_by_load, readout_of
 from harness.readouts.convergence import standard_error
 from harness.records.failures import interruptible, is_interruption, outcome
+from harness.records.files import append_summary, read_summary
 from harness.records.record import config_of, new_record, state_record, write_record
 from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
-from harness.records.summary import append_summary, read_summary
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
 from harness.records.wandb_run import finish_wandb, run_name, sweep_group, wandb_logger
 from harness.training.build import BuiltRun, build, resolved_model_params

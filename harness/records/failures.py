@@ -35,8 +35,7 @@ from omegaconf import DictConfig
 
 from harness.config.hashing import config_hash
 from harness.config.hydra_job import output_dir, sweep_dir
-from harness.config.refusal import BadInput, full_error, refused
-from harness.config.run_checks import check_run
+from harness.config.refusal import BadInput, check_run, full_error, refused
 from harness.records.schema import DIVERGED, FAILED, INTERRUPTED, TRACEBACK
 
 EXIT_FAILED_JOBS = 1
@@ -157,7 +156,7 @@ def check_early(cfg: DictConfig) -> None:
     """Raise `BadInput` for a bad run-level setting (`threads=two`) before torch and Lightning
     are imported (`run.py`), where the refusal is all that the run would leave: a single run
     in a folder of its own (`forget`), without `HYDRA_FULL_ERROR=1`. The line is the one the
-    run's own check gives (`harness.config.run_checks.check_run`, `frameworks=False`: what
+    run's own check gives (`harness.config.refusal.check_run`, `frameworks=False`: what
     needs Lightning or torch to judge is left to the run); elsewhere, and for a config that
     does not resolve, the run checks and records as ever."""
     if full_error() or sweep_dir() is not None:

@@ -1,12 +1,18 @@
 """How the harness writes its files: atomically (a temp file renamed over the target), with the
-mode the umask gives, and as JSON without NaN."""
+mode the umask gives, and as JSON without NaN; a sweep's `summary.jsonl`, one record a line,
+appended by each job as it ends, under a lock."""
 
 import contextlib
+import fcntl
+import json
 import math
 import os
-import tempfile
+import threading
 from pathlib import Path
 from typing import Any
+
+from harness.records.record_model import checked, migrated
+from harness.records.schema import SUMMARY
 
 
 def jsonable(value: Any) -> Any:
@@ -20,22 +26,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def umask() -> int:
-    """The process's file-creation mask (read by setting it and setting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename over `path`; the file gets
-    the mode a plain `open` would give it (0o666 less the umask), not mkstemp's 0o600, so
-    that collaborators read it where the umask lets them."""
+    """Write to a temp file beside `path` (one per process and thread), fsync, then rename over
+    `path`. The temp file is opened as any file is, so it gets the mode a plain `open` gives
+    (0o666 less the umask) and collaborators read it where the umask lets them."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "w") as handle:
+        with open(tmp, "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -44,3 +42,35 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def append_summary(sweep_dir: Path, record: dict) -> Path:
+    """Append one line to `summary.jsonl` under an exclusive lock, so that concurrent jobs
+    never interleave; each line is written with a single `write` call and fsynced."""
+    path = Path(sweep_dir) / SUMMARY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(jsonable(record), sort_keys=True) + "\n"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    return path
+
+
+def read_summary(sweep_dir: Path, check: bool = False) -> list[dict]:
+    """Every complete line of `summary.jsonl` (a torn last line from a kill is skipped), in
+    the current layout (`migrated`); `check`: each held to the record's types (`checked`; a
+    sweep's own reading does not check, so that a broken line never stops it)."""
+    path = Path(sweep_dir) / SUMMARY
+    if not path.exists():
+        return []
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        with contextlib.suppress(json.JSONDecodeError):
+            record = migrated(json.loads(line))
+            records.append(checked(record, f"{path}, line {number}") if check else record)
+    return records

@@ -28,7 +28,7 @@ it did not)."""
 SCHEMA_VERSION = 2
 """The record's layout (`schema_version`; a record without one is version 1): version 2 hashes
 a config by its settings' roles (`harness.config.hashing.identity_hash`), so that threads,
-devices or a mixer's mode no longer make a run another one. `harness.records.migration`
+devices or a mixer's mode no longer make a run another one. `harness.records.record_model.migrated`
 brings an older record up to it."""
 
 RECORD = "results.json"

@@ -12,17 +12,16 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from harness.records.files import write_atomic
-from harness.records.migration import migrated
+from harness.records.files import read_summary, write_atomic
 from harness.records.record import model_label
-from harness.records.record_model import checked
+from harness.records.record_model import checked, migrated
 from harness.records.schema import RECORD
-from harness.records.summary import read_summary
 from models.stack import HYBRID, layers_text
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a sweep is loaded: a run does without it
 
 DESCRIPTION = "sweep.json"
 PROGRESS = ".progress"  # one counter per launch: .progress-<pid of the launching process>
@@ -136,13 +135,14 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_sweep(path: str | Path) -> pd.DataFrame:
+def load_sweep(path: str | Path) -> "pd.DataFrame":
     """Every job of a sweep (or every run under an `outputs/` folder) as one flat row: see
     `flat_row` for the columns. A failed job is a row too (`status`, `error`); columns a job
     does not have are NaN. Each record is held to the record's types
     (`harness.records.record_model`)."""
-    rows = [flat_row(r) for r in records_of(path, check=True)]
-    return pd.DataFrame(rows)
+    import pandas as pd
+
+    return pd.DataFrame([flat_row(r) for r in records_of(path, check=True)])
 
 
 def describe_sweep(sweep: Path, description: dict) -> None:

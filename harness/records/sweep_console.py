@@ -15,6 +15,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config.command_line import value_strings
 from harness.config.group_nodes import group_options
 from harness.records.failures import LAST_SWEEP, NEW_RUN_DIRS
 from harness.records.schema import status_of, tally
@@ -24,7 +25,8 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
     """(number of jobs, swept keys) of a basic-sweeper multirun (None jobs for other sweepers).
 
     As Hydra's basic sweeper: the preset's `hydra.sweeper.params`, then the command line
-    (a later override of the same key wins); jobs are the product of the value lists."""
+    (a later override of the same key wins); jobs are the product of the value lists (a sweep
+    the basic sweeper cannot list counts as one value)."""
     sweeper = config.hydra.sweeper
     params = sweeper.get("params") or {}
     lines = [f"{key}={value}" for key, value in params.items()]
@@ -34,10 +36,8 @@ def sweep_plan(config: DictConfig) -> tuple[int | None, list[str]]:
         if override.value_type == ValueType.GLOB_CHOICE_SWEEP:  # model=glob(*): a group's files
             options = group_options().get(override.key_or_group, [])
             counts[override.key_or_group] = len(override.value().filter(options))
-        elif override.is_sweep_override():
-            counts[override.key_or_group] = len(list(override.sweep_string_iterator()))
         else:
-            counts[override.key_or_group] = 1
+            counts[override.key_or_group] = len(value_strings(override) or [None])
     swept = [key for key, n in counts.items() if n > 1]
     basic = "BasicSweeper" in str(sweeper.get("_target_", ""))
     return (prod(counts.values()) if basic else None), swept

@@ -10,8 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config.command_line import check_added_keys  # the check of `+keys`, re-exported
 from harness.config.hashing import params_of
 from harness.config.hydra_job import touched_keys
-from harness.config.refusal import BadInput, as_bad_input
-from harness.config.run_checks import check_run
+from harness.config.refusal import BadInput, as_bad_input, check_run
 from harness.training.data_module import TaskDataModule, mixture_from_config
 from harness.training.lightning_module import RecallModule
 from models import MIXERS

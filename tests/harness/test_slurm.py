@@ -14,7 +14,7 @@ from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from omegaconf import DictConfig, OmegaConf
 
 from harness.config.compose import CONF_DIR, hydra_value
-from harness.records.summary import read_summary
+from harness.records.files import read_summary
 from tests.conftest import run_cli
 
 SHARED = list(OmegaConf.structured(BaseQueueConf).keys())

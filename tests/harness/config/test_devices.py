@@ -11,7 +11,7 @@ import torch
 
 from harness.config import devices
 from harness.config.devices import check_devices
-from harness.records.summary import read_summary
+from harness.records.files import read_summary
 from harness.train import run
 from tests.conftest import SMOKE, run_cli
 
@@ -104,11 +104,10 @@ def test_the_early_check_refuses_what_the_full_check_refuses_first(
 ) -> None:
     """`run.py`'s check before torch is imported (a CPU build) refuses what the full check
     refuses first."""
-    from harness.config import run_checks
-    from harness.config.refusal import BadInput
-    from harness.config.run_checks import check_run
+    from harness.config import refusal
+    from harness.config.refusal import BadInput, check_run
 
-    monkeypatch.setattr(run_checks, "cpu_build", lambda: True)
+    monkeypatch.setattr(refusal, "cpu_build", lambda: True)
     cfg = make_cfg(overrides)
     with pytest.raises(BadInput) as full:
         check_run(cfg)

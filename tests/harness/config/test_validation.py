@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.refusal import BadInput
-from harness.records.summary import read_summary
+from harness.records.files import read_summary
 from harness.training.build import build, check_added_keys
 from tests.conftest import SMALL_RECALL, run_cli
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.records.files import write_atomic
-from harness.records.summary import append_summary
+from harness.records.files import append_summary, write_atomic
 from harness.records.sweep import describe_sweep
 
 

@@ -1,5 +1,6 @@
-"""Older records are read in the current layout (`harness.records.migration`): the hash their
-command has now, and the state keys every reader expects; every committed record migrates."""
+"""Older records are read in the current layout (`harness.records.record_model.migrated`): the
+hash their command has now, and the state keys every reader expects; every committed record
+migrates."""
 
 import json
 import subprocess
@@ -9,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from harness.config.hashing import config_hash
-from harness.records.migration import completed_state, migrated
+from harness.records.files import read_summary
 from harness.records.record import config_of, new_record
-from harness.records.record_model import NotARecord, Record, checked
+from harness.records.record_model import NotARecord, Record, checked, completed_state, migrated
 from harness.records.schema import SCHEMA_VERSION
-from harness.records.summary import read_summary
 from harness.records.sweep import records_of
 from tests.conftest import REPO
 from tests.harness.synthetic import record

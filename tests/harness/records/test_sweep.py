@@ -10,7 +10,7 @@ from threading import Barrier
 
 import pytest
 
-from harness.records.summary import read_summary
+from harness.records.files import read_summary
 from harness.records.sweep import describe_sweep, job_position
 from harness.report.sweep_report import report
 from tests.conftest import SMOKE, run_cli

@@ -21,10 +21,12 @@ from harness.readouts.cell_law import CellLaw, laws_frame
 from harness.readouts.restarts import CAPACITY
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
+from harness.report import look
 from harness.report.budget import budget, rate_chosen
 from harness.report.capacity_figure import capacity_figure, lined
 from harness.report.capacity_law import cells_and_laws, law_notes, restart_frame
 from harness.report.capacity_runs import design_runs
+from harness.report.curves import curve_figures
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.frame import (
     AVERAGED,
@@ -40,9 +42,8 @@ from harness.report.frame import (
     varied,
 )
 from harness.report.load_curve import load_figure
-from harness.report.look import save
-from harness.report.page import write_page
-from harness.report.plain_table import print_table, write_csv
+from harness.report.page import page_columns, write_page
+from harness.report.plain_table import fitting, print_table, write_csv
 from harness.report.provenance import provenance
 from harness.report.reread import default_threshold, reread, threshold_of
 from harness.report.slices import copy_figure, needle_heatmap
@@ -50,6 +51,9 @@ from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.report.verdict import verdicts
 
 __all__ = ["report", "read"]
+CONSOLE_WIDTH = 120
+"""Characters the printed table may take: the columns that fit (`page_columns`' order), the
+rest in `table.csv`."""
 
 
 def description_of(sweep: Path) -> dict:
@@ -216,11 +220,17 @@ def read(
 
 
 def report(
-    sweep: Path, out: Path | None = None, wandb_mode: str = "auto", threshold: float | None = None
+    sweep: Path,
+    out: Path | None = None,
+    wandb_mode: str = "auto",
+    threshold: float | None = None,
+    formats: tuple[str, ...] = ("png",),
+    dpi: int = look.DPI,
 ) -> list[dict]:
     """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table.
     Every load curve's readout is read anew at `threshold` (default: the sweep's
-    `capacity.threshold`; `harness.report.reread`)."""
+    `capacity.threshold`; `harness.report.reread`); each figure is written in `formats` (at
+    `dpi`), the validation curves under `curves/`."""
     sweep = Path(sweep)
     rows, columns, swept, frame, threshold = read(sweep, threshold)
     out = Path(out or sweep / "report")
@@ -232,25 +242,41 @@ def report(
     chosen = description.get("swept")
     specs = figure_specs(frame, point_keys, chosen, description.get("experiment"))
     drawn = draw(frame, point_keys, rows, specs, laws, threshold, cells)
-    figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
+
+    def saved(figures: dict[str, Figure], under: Path) -> dict[str, tuple[list[Path], bytes, str]]:
+        return {
+            k: (*look.save(f, under / k, formats, dpi), look.caption_of(f))
+            for k, f in figures.items()
+        }
+
+    figures = saved(drawn, out)
+    curves = saved(curve_figures(frame, rows, point_keys), out / "curves")
     notes.extend(law_notes(laws, cells, threshold))
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
     settings = split_settings(fixed_settings(rows, [c for c in columns if c not in swept]))
     summary = verdicts(frame, rows, threshold)
     origin = provenance(sweep, description, rows)
+    on_page = lambda found: {k: (png, line) for k, (_, png, line) in found.items()}  # noqa: E731
+    fitted = any(lined(law) for (_, e), law in laws.items() if e == CAPACITY)
     page = write_page(
-        out / "report.html", sweep, summary, notes, figures, table, problems, origin, settings,
-        threshold, fitted=any(lined(law) for (_, e), law in laws.items() if e == CAPACITY),
+        out / "report.html", sweep, summary, notes, on_page(figures), table, problems, origin,
+        settings, threshold, fitted, on_page(curves),
     )  # fmt: skip
-    print_table(table)
+    shown = fitting(table, page_columns(table), CONSOLE_WIDTH) if table else None
+    print_table(table, shown)
+    if table and len(shown) < len(page_columns(table)):
+        print(f"(the columns that fit {CONSOLE_WIDTH} characters; all are in table.csv)")
     failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
     for line in [*notes, *summary, *failed]:
         print(line)
-    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
-    written = [write_csv(table, out / "table.csv"), *figures, page]
+    files = [p for paths, _, _ in figures.values() for p in paths]
+    images = [p for p in files if p.suffix == ".png"]
+    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, images)
+    written = [write_csv(table, out / "table.csv"), *files, page]
     if laws:
         laws_frame(laws).to_csv(out / "laws.csv", index=False)
         written.insert(1, out / "laws.csv")
-    print(f"written to {out}: {', '.join(p.name for p in written)}")
+    drawn_curves = f", curves/ ({len(curves)} cells' validation curves)" if curves else ""
+    print(f"written to {out}: {', '.join(p.name for p in written)}{drawn_curves}")
     return table

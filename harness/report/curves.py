@@ -15,25 +15,12 @@ from harness.readouts.convergence import AT_FLOOR, STILL_RISING
 from harness.report import look
 from harness.report.budget import budget
 from harness.report.frame import as_key, sort_key
+from harness.report.load_curve import seeds_of
 from harness.report.verdict import name
 
 SEED_COLOURS = plt.cm.Dark2.colors
 STATES = {STILL_RISING: "still rising", AT_FLOOR: "not above the floor"}
 """How the legend names a run that did not converge."""
-
-
-def runs_of(point: pd.Series, rows: list[dict], point_keys: list[str]) -> list[dict]:
-    """Every run of the point's cell with a validation curve, whatever its learning rate, in
-    seed order."""
-    keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
-    found = [
-        r
-        for r in rows
-        if r.get("train.val_curve")
-        and (r.get("task"), r.get("model")) == (point.task, point.model.split(" ")[0])
-        and all(as_key(r.get(k)) == as_key(point.params.get(k)) for k in keys)
-    ]
-    return sorted(found, key=lambda r: (sort_key(r.get("optim.lr")), sort_key(r.get("seed"))))
 
 
 def curve_figure(point: pd.Series, runs: list[dict]) -> Figure:
@@ -70,7 +57,10 @@ def curve_figures(frame: pd.DataFrame, rows: list[dict], point_keys: list[str]) 
     """{file stem under `curves/`: figure} of every cell whose runs recorded a curve."""
     drawn = {}
     for _, point in frame.iterrows():
-        runs = runs_of(point, rows, point_keys)
+        runs = [
+            r for r in seeds_of(point, rows, point_keys, every=True) if r.get("train.val_curve")
+        ]
+        runs.sort(key=lambda r: (sort_key(r.get("optim.lr")), sort_key(r.get("seed"))))
         stem = re.sub(r"[^\w.=-]+", "_", f"{point.task} {name(point)}")
         if runs and stem not in drawn:
             drawn[stem] = curve_figure(point, runs)

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
+from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
 from harness.report import look
@@ -20,15 +20,16 @@ Point = pd.Series
 """A row of the points' DataFrame (`harness.report.frame.points`)."""
 
 
-def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
+def seeds_of(point: Point, rows: list[dict], point_keys: list[str], every: bool = False) -> list:
     """The ok rows behind `point`: its task, model, parameters (those of `point_keys` and
-    those a variant's name was made of, `linear elu`) and chosen learning rate."""
+    those a variant's name was made of, `linear elu`) and chosen learning rate; `every`: its
+    cell's rows of any status and rate."""
     keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
-    lr = None if missing(point.lr) else point.lr
+    lr = None if missing(point.lr) or every else point.lr
     return [
         row
         for row in rows
-        if row.get("status") == "ok"
+        if (every or row.get("status") == "ok")
         and row.get("task") == point.task
         and row.get("model") == point.model.split(" ")[0]
         and all(as_key(row.get(k)) == as_key(point.params.get(k)) for k in keys)
@@ -48,17 +49,11 @@ def readout_label(rows: list[dict]) -> str:
         for r in sorted(rows, key=lambda r: sort_key(r.get("seed")))
     ]
     name = level_name(readouts[0].get("threshold") or 0.9) if readouts else "n90"
-    verdicts = [str(r.get("verdict")) for r in readouts]
-    if len(set(verdicts)) <= 1:
-        verdict = verdicts[0] if verdicts else None
-        return f"{name} {by_seed(readouts)}" + (
-            f": {verdict}" if len(verdicts) > 1 else f" ({verdict})"
-        )
-    each = [
-        f"{shown(r, 'n90')} (seed {r['seed']}, {v})"
-        for r, v in zip(readouts, verdicts, strict=True)
-    ]
-    return f"{name} " + ", ".join(each)
+    verdicts = {str(r.get("verdict")) for r in readouts}
+    text = f"{name} {by_seed(readouts, verdicts=len(verdicts) > 1)}"
+    if len(verdicts) > 1:
+        return text
+    return text + (f": {verdicts.pop()}" if len(readouts) > 1 else f" ({verdicts.pop()})")
 
 
 def load_figure(

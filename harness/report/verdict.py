@@ -97,13 +97,13 @@ def advice(readouts: list[dict], largest: str) -> str:
     return "; ".join(tip for tip, given in tips.items() if given)
 
 
-def by_seed(readouts: list[dict], name: str = "n90", with_error: bool = False) -> str:
-    """Each seed's readout named with its seed, `<2 (seed 0), 2.41 ± 0.2 (seed 1)`, so that a
-    list never reads as several cells' readouts; one seed's alone, `2.41 ± 0.2`."""
-    values = [shown(r, name, with_error=with_error) for r in readouts]
-    if len(values) == 1:
-        return values[0]
-    return ", ".join(f"{v} (seed {r.get('seed')})" for v, r in zip(values, readouts, strict=True))
+def by_seed(readouts: list[dict], with_error: bool = False, verdicts: bool = False) -> str:
+    """Each seed's n90 named with its seed (and its verdict: `verdicts`), `<2 (seed 0), 2.41 ±
+    0.2 (seed 1)`, so that a list never reads as several cells' readouts; one seed's alone."""
+    if len(readouts) == 1:
+        return shown(readouts[0], "n90", with_error=with_error)
+    tag = lambda r: f"seed {r.get('seed')}" + f", {r.get('verdict')}" * verdicts  # noqa: E731
+    return ", ".join(f"{shown(r, 'n90', with_error=with_error)} ({tag(r)})" for r in readouts)
 
 
 def cell_line(point: Point, threshold: float) -> str:
@@ -143,7 +143,7 @@ def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[st
     points = [p for _, p in frame.iterrows()]
     ok = [p for p in points if p.status == OK and not missing(p.test_acc) and baselines(p)]
     chance, between, floor = ([p for p in ok if place(p) == w] for w in PLACES)
-    where = " (at the judging load where a cell has a load curve)" * any(p.capacity for p in ok)
+    where = " (load curves: at the judging load)" * any(p.capacity for p in ok)
     findings = [
         (chance, f"At chance{where} (not even the answer tokens learned): {{}}. Check the learning "
          "rate (optim.lr) and the step budget (trainer.max_steps) before reading these as limits."),

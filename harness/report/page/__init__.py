@@ -13,7 +13,7 @@ import jinja2
 import yaml
 
 from harness.readouts.capacity import level_name
-from harness.report.plain_table import fitting
+from harness.report.plain_table import fitting, format_cell
 
 HERE = Path(__file__).parent
 TEXTS = yaml.safe_load((HERE / "captions.yaml").read_text())
@@ -34,17 +34,10 @@ def caption(stem: str, threshold: float, fitted: bool) -> str:
     return CAPTIONS.get(stem, "").format(level=level, threshold=threshold, fit=fit)
 
 
-def cell(value: Any) -> str:
-    """A table cell's text: floats to 4 significant digits, nothing for None."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
 ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE), autoescape=True, keep_trailing_newline=True
 )
-ENVIRONMENT.filters["cell"] = cell
+ENVIRONMENT.filters["cell"] = format_cell  # floats to 4 significant digits, None blank
 TEMPLATE = ENVIRONMENT.get_template("page.html.j2")
 
 LEADING = ("model", "status", "verdict", "test_acc", "std", "seeds", "converged")
@@ -65,7 +58,8 @@ def page_columns(rows: list[dict]) -> list[str]:
     ]
     readouts = [c for c in columns if READOUT_COLUMN.match(c)]  # n90, n50 (n80 at another level)
     lead = [c for c in LEADING if c in columns]
-    lead = lead[:1] + params + lead[1:3] + readouts + lead[3:]
+    seeds = ["read_seeds"] * ("read_seeds" in columns)  # whose readouts, in that order
+    lead = lead[:1] + params + lead[1:3] + seeds + readouts + lead[3:]
     tail = [c for c in TRAILING if c in columns and c not in lead]
     return lead + [c for c in columns if c not in lead and c not in tail] + tail
 

@@ -192,19 +192,14 @@ def capacity_legend(fig, runs, laws, mixers, bounds, reasons: dict[str, str]) ->
             mean += "; log-linear: x its levels at T"
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(entry(label, linestyle=(0, (4, 3))))
-    for m in (m for m in bounds if kv_cache_counts(m) is not None):
-        handles.append(
-            entry(
-                f"{m}'s KV cache: R = {kv_cache_counts(m)} (dashed)",
-                look.colour(m),
-                linestyle=(0, (4, 3)),
-            )
-        )
-    kinds = {r.n90_censoring for r in shown}
-    kinds |= {"hollow"} if any(r.training != CONVERGED for r in shown) else set()
-    for kind, (label, style) in CENSORING_MARKS.items():
-        if kind in kinds:
-            handles.append(entry(label, **style))
+    caches = [(m, kv_cache_counts(m)) for m in bounds if kv_cache_counts(m) is not None]
+    handles += [entry(f"{m}'s KV cache: R = {c} (dashed)", look.colour(m), linestyle=(0, (4, 3)))
+                for m, c in caches]  # fmt: skip
+    kinds = {r.n90_censoring if r.training == CONVERGED else "hollow" for r in shown}
+    kinds |= {r.n90_censoring for r in shown}
+    handles += [
+        entry(label, **style) for k, (label, style) in CENSORING_MARKS.items() if k in kinds
+    ]
     rows = -(-len(handles) // 3)
     short = len(handles) > 9 and max(len(h.get_label()) for h in handles[: 2 * rows]) <= 32
     fig.legend(handles=handles, loc="outside lower center", ncols=3 if short else 2, fontsize=8)
@@ -215,7 +210,7 @@ def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
     xs = [r.floats for r in runs]
     ys = [r.n90 for r in runs if r.fitted] + [float(r.rank_bound) for r in runs if r.rank_bound]
     ax.set_xlim(min(xs) / 2**0.5, max(xs) * 2**0.5)
-    ax.set_ylim(min(ys) / 2**0.5, max(ys) * 2**0.75)  # room for an arrow up (ARROW)
+    ax.set_ylim(min(ys) / 2**0.75, max(ys) * 2**0.75)  # room for the arrows (ARROW)
     for axis, values, text in ((ax.xaxis, xs, count_label), (ax.yaxis, ys, lambda v: f"{v:g}")):
         axis.set_major_locator(ticker.FixedLocator(look.powers_of_two(min(values), max(values))))
         axis.set_minor_locator(ticker.NullLocator())

@@ -6,6 +6,7 @@ accuracy, and any readout, is a lower bound. The grey line is the binding-free f
 validation set (`train.floor`)."""
 
 import re
+from collections.abc import Iterator
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -53,9 +54,10 @@ def curve_figure(point: pd.Series, runs: list[dict]) -> Figure:
     return fig
 
 
-def curve_figures(frame: pd.DataFrame, rows: list[dict], point_keys: list[str]) -> dict:
-    """{file stem under `curves/`: figure} of every cell whose runs recorded a curve."""
-    drawn = {}
+def curve_figures(frame: pd.DataFrame, rows: list[dict], point_keys: list[str]) -> Iterator:
+    """(file stem under `curves/`, figure) of every cell whose runs recorded a curve, drawn one
+    at a time (the caller saves and closes each before the next)."""
+    drawn = set()
     for _, point in frame.iterrows():
         runs = [
             r for r in seeds_of(point, rows, point_keys, every=True) if r.get("train.val_curve")
@@ -63,5 +65,5 @@ def curve_figures(frame: pd.DataFrame, rows: list[dict], point_keys: list[str]) 
         runs.sort(key=lambda r: (sort_key(r.get("optim.lr")), sort_key(r.get("seed"))))
         stem = re.sub(r"[^\w.=-]+", "_", f"{point.task} {name(point)}")
         if runs and stem not in drawn:
-            drawn[stem] = curve_figure(point, runs)
-    return drawn
+            drawn.add(stem)
+            yield stem, curve_figure(point, runs)

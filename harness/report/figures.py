@@ -118,15 +118,15 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list) -> None:
 def draw_models(ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False) -> None:
     """One line per model and `apart` value (`series`, `draw_line`), each ok point's note (its
     `annotate` values; one text at one place written once, another a line lower), an x at the
-    bottom with the reason for each point not ok. `dodge` (log x): a point of another model at
-    one place is moved right (`DODGE`), softmax never."""
+    bottom with the reason for each point not ok. `dodge` (log x): a point at the place of one
+    drawn before (softmax's first) is moved right (`DODGE`), so that softmax's line shows."""
     placed, dodged = [], []
     for model, note, mine in series(frame, list(apart)):
         mine = mine.iloc[sorted(range(len(mine)), key=lambda i: sort_key(mine.iloc[i][x]))]
         name = f"{model} {note}" if note else model
         good = (mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))
         ok, xs = mine[good], list(mine[good][x])
-        if dodge and model != look.REFERENCE:
+        if dodge:
             for i, (px, py) in enumerate(zip(ok[x], ok["test_acc"], strict=True)):
                 xs[i] = px * DODGE ** sum(q == px and abs(r - py) < 0.015 for q, r in dodged)
                 dodged.append((px, py))
@@ -246,7 +246,8 @@ def accuracy_figure(
         panel_axes(ax, task, values, x, len(layout) == 1)
     if len(layout) > 1:
         fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
-    title = "state size" if x == STATE_FLOATS else look.short(x)
+    title = "state size" if x == STATE_FLOATS else look.AXIS_TITLES.get(x, look.short(x))
+    title = title.split(" (")[0]  # the axis names the unit
     finish(fig, frame, f"Accuracy against {title}", frame[~placed], subtitle, x=x)
     return fig
 

@@ -224,7 +224,7 @@ def legend_entry(
 
 
 def model_entry(model: str) -> Line2D:
-    """A model's legend entry in its look (softmax's band wider and lighter)."""
+    """A model's legend entry in its look (softmax's line black and a little wider)."""
     look = {k: v for k, v in line_look(model).items() if k != "zorder"}
     return legend_entry(model, colour(model), marker(model), "-", **look)
 

@@ -2,6 +2,7 @@
 `harness/report/__init__.py`, says what it holds)."""
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -243,13 +244,10 @@ def report(
     specs = figure_specs(frame, point_keys, chosen, description.get("experiment"))
     drawn = draw(frame, point_keys, rows, specs, laws, threshold, cells)
 
-    def saved(figures: dict[str, Figure], under: Path) -> dict[str, tuple[list[Path], bytes, str]]:
-        return {
-            k: (*look.save(f, under / k, formats, dpi), look.caption_of(f))
-            for k, f in figures.items()
-        }
+    def saved(figures: Iterable, under: Path) -> dict[str, tuple[list[Path], bytes, str]]:
+        return {k: (*look.save(f, under / k, formats, dpi), look.caption_of(f)) for k, f in figures}
 
-    figures = saved(drawn, out)
+    figures = saved(drawn.items(), out)
     curves = saved(curve_figures(frame, rows, point_keys), out / "curves")
     notes.extend(law_notes(laws, cells, threshold))
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)

@@ -192,11 +192,12 @@ def test_a_label_at_one_place_is_written_once(tmp_path: Path) -> None:
     assert all(1 < t / e < 1.1 for e, t in zip(elu, taylor, strict=True))
 
 
-def test_points_on_the_reference_are_not_moved(tmp_path: Path) -> None:
+def test_points_on_the_reference_move_aside_so_that_its_line_shows(tmp_path: Path) -> None:
     ax = figures_of(retrieval_gap(tmp_path / "sweep"))["acc_vs_num_kv_pairs"].axes[0]
     drawn = by_gid(ax, "model")
     assert list(drawn["softmax"].get_xdata()) == [4, 8, 16]
-    assert list(drawn["based"].get_xdata()) == [4, 8, 16]  # on softmax, not on another model
+    on_softmax = drawn["based"].get_xdata()  # at softmax's accuracy: a step right of it
+    assert all(1 < b / s < 1.1 for s, b in zip([4, 8, 16], on_softmax, strict=True))
 
 
 def test_needle_heatmap_numbers_are_readable_and_the_floor_is_on_its_scale(tmp_path) -> None:

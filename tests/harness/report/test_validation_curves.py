@@ -15,7 +15,7 @@ def test_a_figure_a_cell_with_a_line_a_seed_and_the_rising_run_marked(tmp_path: 
     records.append(curve_record("linear", 32, 2, accuracies(3.0), "still_rising"))
     records += [curve_record("softmax", 64, s, accuracies(100.0)) for s in (0, 1)]
     rows, _, swept, frame, _ = read(write_sweep(tmp_path / "sweep", records))
-    figures = curve_figures(frame, rows, [c for c in swept if c not in AVERAGED + SELECTED])
+    figures = dict(curve_figures(frame, rows, [c for c in swept if c not in AVERAGED + SELECTED]))
     assert sorted(figures) == ["assoc_recall_linear", "assoc_recall_softmax"]
     linear = figures["assoc_recall_linear"].axes[0]
     gids = sorted(str(line.get_gid()) for line in linear.lines if line.get_gid())

@@ -68,7 +68,7 @@ WRAPPED = ("note", "verdict", "error")
 """Columns whose text wraps in its cell instead of widening the table."""
 PAGE_WIDTH = 1240
 """Pixels the page's results table may take (the page is 1,280 px wide): the columns that fit
-(`plain_table.fitting`, about 7 px a character at 13 px, 13 px of padding), the rest in
+(`plain_table.fitting`, at most 9 px a character at 13 px, 13 px of padding), the rest in
 `table.csv`."""
 
 
@@ -106,7 +106,7 @@ def write_page(
             for stem, (png, line) in found.items()
         ]  # fmt: skip
 
-    shown = fitting(rows, page_columns(rows), PAGE_WIDTH, char=7, pad=13, wraps=WRAPPED)
+    shown = fitting(rows, page_columns(rows), PAGE_WIDTH, char=9, pad=13, wraps=WRAPPED)
     page = TEMPLATE.render(
         title=str(sweep), style=(HERE / "page.css").read_text(), verdicts=verdicts, notes=notes,
         figures=inlined(figures), curves=inlined(curves or {}), rows=rows, columns=shown,

@@ -127,18 +127,11 @@ def cell_line(point: Point, threshold: float) -> str:
     return line + (f" {tips[0].upper()}{tips[1:]}." if tips else "")
 
 
-def converged_now(row: dict) -> bool:
-    """Converged by the rule the report reads the records with (`capacity.training`, judged
-    anew), else by the record's own `train.converged`."""
-    training = row.get("capacity.training")
-    return training == "converged" if training is not None else bool(row["train.converged"])
-
-
 def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[str]:
     """One line per finding, most important first; the advice names the key to change; then
     one line per cell (`cell_line`)."""
     ok_rows = [r for r in rows if r.get("status") == OK]
-    flags = [converged_now(r) for r in ok_rows if "train.converged" in r]
+    flags = [bool(r["train.converged"]) for r in ok_rows if "train.converged" in r]  # reread
     lines = [f"{sum(flags)} of {len(flags)} finished runs converged." if flags else ""]
     points = [p for _, p in frame.iterrows()]
     ok = [p for p in points if p.status == OK and not missing(p.test_acc) and baselines(p)]

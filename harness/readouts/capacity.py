@@ -68,7 +68,7 @@ WHY = {
     "read between the two tested loads it fell between where it converged, else a lower "
     "bound; test larger loads",
     BELOW_JUDGING_LOAD: "converged above the floor, below the threshold at the judging load",
-    FLOOR_AT_JUDGING_LOAD: "at the binding-free floor at the judging load",
+    FLOOR_AT_JUDGING_LOAD: "not clearly above the binding-free floor at the judging load",
     RISING_BELOW_JUDGING_LOAD: "still rising, below the threshold at the judging load",
     RISING_PAST_JUDGING_LOAD: "still rising: its readout is a lower bound, not a limit",
 }

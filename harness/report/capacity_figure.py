@@ -13,7 +13,6 @@ where the run had not converged (`look.HOLLOW`). training_limited runs are left 
 and of the figure (the verdict section lists them)."""
 
 import math
-import textwrap
 from collections import Counter, defaultdict
 
 import matplotlib.pyplot as plt
@@ -39,9 +38,7 @@ LINE_WIDTHS = 3
 a line through two is fitted exactly by its two parameters, and nothing tests its shape."""
 SHARED_REASON = 3
 """Where this many mixers or more share a reason for no fit, every mixer's reason is written
-under the title (`no_fit_note`) and its legend entry gives its name alone."""
-SUBTITLE_WIDTH = 120
-"""Characters a line of the subtitle holds: the axes' width at its font size."""
+in the caption line (`no_fit_note`) and its legend entry gives its name alone."""
 DASH = 4.0
 CENSORING_MARKS = {
     RIGHT: ("arrow up: a lower bound (right-censored)", {"marker": CARETUP}),
@@ -156,7 +153,7 @@ def no_fit_reason(mine: list[CapacityRun]) -> str:
 
 def law_label(mixer: str, law: CellLaw | None, why: str) -> str:
     """The mixer's legend entry: its fit (b, interval, runs, censored runs), or why none (`why`;
-    empty where the subtitle says it)."""
+    empty where the caption line says it)."""
     if law is None or law.floats is None:
         return f"{mixer}: no fit ({why})" if why else mixer
     fit = law.floats
@@ -170,7 +167,7 @@ def law_label(mixer: str, law: CellLaw | None, why: str) -> str:
 
 
 def no_fit_note(reasons: dict[str, str]) -> str:
-    """Every mixer's reason for no fit, in one line for the subtitle, when `SHARED_REASON` or
+    """Every mixer's reason for no fit, in one line for the caption, when `SHARED_REASON` or
     more share one (`no fit for the mixers named alone: censored readouts only; gdn+gdn: ...`);
     empty otherwise, each legend entry then giving its own."""
     counts = Counter(reasons.values()).most_common()
@@ -195,19 +192,14 @@ def capacity_legend(fig, runs, laws, mixers, bounds, reasons: dict[str, str]) ->
             mean += "; log-linear: x its levels at T"
         label = f"the stack's rank bound R = layers x H x D (dashed){mean}"
         handles.append(entry(label, linestyle=(0, (4, 3))))
-    for m in (m for m in bounds if kv_cache_counts(m) is not None):
-        handles.append(
-            entry(
-                f"{m}'s KV cache: R = {kv_cache_counts(m)} (dashed)",
-                look.colour(m),
-                linestyle=(0, (4, 3)),
-            )
-        )
-    kinds = {r.n90_censoring for r in shown}
-    kinds |= {"hollow"} if any(r.training != CONVERGED for r in shown) else set()
-    for kind, (label, style) in CENSORING_MARKS.items():
-        if kind in kinds:
-            handles.append(entry(label, **style))
+    caches = [(m, kv_cache_counts(m)) for m in bounds if kv_cache_counts(m) is not None]
+    handles += [entry(f"{m}'s KV cache: R = {c} (dashed)", look.colour(m), linestyle=(0, (4, 3)))
+                for m, c in caches]  # fmt: skip
+    kinds = {r.n90_censoring if r.training == CONVERGED else "hollow" for r in shown}
+    kinds |= {r.n90_censoring for r in shown}
+    handles += [
+        entry(label, **style) for k, (label, style) in CENSORING_MARKS.items() if k in kinds
+    ]
     rows = -(-len(handles) // 3)
     short = len(handles) > 9 and max(len(h.get_label()) for h in handles[: 2 * rows]) <= 32
     fig.legend(handles=handles, loc="outside lower center", ncols=3 if short else 2, fontsize=8)
@@ -217,8 +209,8 @@ def capacity_axes(ax, runs: list[CapacityRun], threshold: float) -> None:
     """Log2 axes spanning the runs and their rank bounds, titled with the threshold's level."""
     xs = [r.floats for r in runs]
     ys = [r.n90 for r in runs if r.fitted] + [float(r.rank_bound) for r in runs if r.rank_bound]
-    ax.set_xlim(min(xs) / 2**0.6, max(xs) * 2**0.6)
-    ax.set_ylim(min(ys) / 2**1.0, max(ys) * 2**1.0)
+    ax.set_xlim(min(xs) / 2**0.5, max(xs) * 2**0.5)
+    ax.set_ylim(min(ys) / 2**0.75, max(ys) * 2**0.75)  # room for the arrows (ARROW)
     for axis, values, text in ((ax.xaxis, xs, count_label), (ax.yaxis, ys, lambda v: f"{v:g}")):
         axis.set_major_locator(ticker.FixedLocator(look.powers_of_two(min(values), max(values))))
         axis.set_minor_locator(ticker.NullLocator())
@@ -242,7 +234,9 @@ def capacity_figure(
     kept = [r for r in runs if r.fitted]
     if len({r.floats for r in kept}) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(8.0, 5.8), layout="constrained")
+    octaves = math.log2(max(r.floats for r in kept) / min(r.floats for r in kept))
+    width = min(8.0, 5.0 + 0.6 * octaves)  # two state sizes: no wide empty plane
+    fig, ax = plt.subplots(figsize=(width, 5.0), layout="constrained")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     for mixer, law in ((m, law) for m, law in laws.items() if lined(law)):
@@ -258,15 +252,12 @@ def capacity_figure(
     no_fit = no_fit_note(reasons)
     capacity_legend(fig, runs, laws, mixers, bounds, {} if no_fit else reasons)
     name, left_out = level_name(threshold), len(runs) - len(kept)
-    note = f"; {left_out} training_limited run(s) at the floor or below the judging load"
-    note = f"{note} not drawn" if left_out else ""
-    title = f"Capacity against state: {name} per run (no law fitted)"
-    subtitle = budget(rows)
+    what = f"{name} per run, no law fitted"
     if laws:
-        title = f"Capacity against state: {name} per restart, the law on capacity {name} = "
-        title += "a floats^b"
-        subtitle += "; large markers: each width's best restart (its capacity); b with its 90% "
-        subtitle += "interval (t on the readouts' effective degrees of freedom)"
-    subtitle = textwrap.fill("; ".join(filter(None, [subtitle + note, no_fit])), SUBTITLE_WIDTH)
-    fig.suptitle(f"{title}\n{subtitle}", fontsize=10)
+        what = f"{name} per restart, large: each width's best restart (its capacity); the law on "
+        what += f"capacity {name} = a floats^b, b with its 90% interval (t on the readouts' "
+        what += "effective degrees of freedom)"
+    note = f"{left_out} training_limited run(s) (not above the floor at the judging load, or "
+    note += "still rising below it): not drawn"
+    look.titled(fig, "Capacity against state", [what, budget(rows), note * bool(left_out), no_fit])
     return fig

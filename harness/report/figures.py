@@ -1,6 +1,6 @@
 """The report's accuracy figures over the points' DataFrame (`harness.report.frame.points`).
 Each answers one question with one line per model (`look`: the registry's colours; softmax,
-the reference, a wide band under the others), a panel per value of every other parameter the
+the reference, black), a panel per value of every other parameter the
 reader swept, the binding-free baselines (coinciding ones drawn once), each seed a small point
 where there are three or fewer (beyond: error bars of one std), a hollow marker where a run
 had not converged, and an x at the bottom with the reason for a failed or diverged point."""
@@ -102,8 +102,7 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list) -> None:
     dash = "--" if name != model else "-"
     line = ax.errorbar(xs, ys, bars, capsize=3, markevery=shown, linestyle=dash, **mark, **kind)
     line.lines[0].set_gid(f"model:{name}")
-    if model != look.REFERENCE:
-        line.lines[0].set_path_effects(HALO)
+    line.lines[0].set_path_effects(HALO)
     top, dots = line.lines[0].get_zorder(), dict(linestyle="none", **mark)
     few = ok["seeds"].between(2, look.SEED_POINTS)
     seeds = [(x, a) for x, f, accs in zip(xs, few, ok["seed_accs"], strict=True) if f for a in accs]
@@ -119,15 +118,15 @@ def draw_line(ax, model: str, name: str, ok: pd.DataFrame, xs: list) -> None:
 def draw_models(ax, frame: pd.DataFrame, x: str, annotate=(), apart=(), dodge=False) -> None:
     """One line per model and `apart` value (`series`, `draw_line`), each ok point's note (its
     `annotate` values; one text at one place written once, another a line lower), an x at the
-    bottom with the reason for each point not ok. `dodge` (log x): a point of another model at
-    one place is moved right (`DODGE`), softmax never."""
+    bottom with the reason for each point not ok. `dodge` (log x): a point at the place of one
+    drawn before (softmax's first) is moved right (`DODGE`), so that softmax's line shows."""
     placed, dodged = [], []
     for model, note, mine in series(frame, list(apart)):
         mine = mine.iloc[sorted(range(len(mine)), key=lambda i: sort_key(mine.iloc[i][x]))]
         name = f"{model} {note}" if note else model
         good = (mine["status"] == OK) & mine["test_acc"].map(lambda v: not missing(v))
         ok, xs = mine[good], list(mine[good][x])
-        if dodge and model != look.REFERENCE:
+        if dodge:
             for i, (px, py) in enumerate(zip(ok[x], ok["test_acc"], strict=True)):
                 xs[i] = px * DODGE ** sum(q == px and abs(r - py) < 0.015 for q, r in dodged)
                 dodged.append((px, py))
@@ -180,9 +179,8 @@ def draw_baselines(ax, frame: pd.DataFrame, x: str | None, drawn: dict[str, str]
 
 def finish(fig, frame: pd.DataFrame, title: str, unplaced: pd.DataFrame, subtitle: str, x=None,
            train_length=False) -> None:  # fmt: skip
-    """Title and budget, one legend (below one panel, beside several) naming every mark the
-    figure has, and the points with no place on the x axis."""
-    fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
+    """The title, one legend (below one panel, beside several) naming every mark the figure
+    has, and a caption line: the budget and the points with no place on the x axis."""
     ok, entry = frame[frame["status"] == OK], look.legend_entry
     handles = [look.model_entry(m) for m in sorted(set(frame["model"]), key=look.model_order)]
     for name, text in look.coinciding(baseline_curves(frame, x)).items():
@@ -206,8 +204,8 @@ def finish(fig, frame: pd.DataFrame, title: str, unplaced: pd.DataFrame, subtitl
         f"{p['model']} {look.describe(p['params'])}: {p['note']}" for _, p in unplaced.iterrows()
     ]
     more = f" (+{len(notes) - 6} more)" if len(notes) > 6 else ""
-    if notes:
-        fig.text(0, -0.02, "not drawn: " + "; ".join(notes[:6]) + more, fontsize=7, va="top")
+    unplaced_note = "not drawn: " + "; ".join(notes[:6]) + more if notes else ""
+    look.titled(fig, title, [subtitle, unplaced_note])
 
 
 def panel_axes(ax, task: str, values: dict, x: str, single: bool) -> None:
@@ -248,7 +246,8 @@ def accuracy_figure(
         panel_axes(ax, task, values, x, len(layout) == 1)
     if len(layout) > 1:
         fig.supxlabel(look.AXIS_TITLES.get(x, x), fontsize=10)
-    title = "state size" if x == STATE_FLOATS else look.short(x)
+    title = "state size" if x == STATE_FLOATS else look.AXIS_TITLES.get(x, look.short(x))
+    title = title.split(" (")[0]  # the axis names the unit
     finish(fig, frame, f"Accuracy against {title}", frame[~placed], subtitle, x=x)
     return fig
 

@@ -4,32 +4,32 @@ binding-free baselines at every load (`test/baseline_by/<load>/<value>/<name>`),
 readouts read at the report's threshold (`harness.report.reread`). A hollow marker is a seed
 that had not converged (`look.HOLLOW`), as in every figure."""
 
-import textwrap
-
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name, shown
+from harness.readouts.capacity import accuracy_by_load, baselines_by_load, level_name
 from harness.readouts.capacity import load_of as load_param
 from harness.readouts.convergence import CONVERGED
 from harness.report import look
 from harness.report.budget import budget, joined, values_of
 from harness.report.frame import as_key, metrics, missing, sort_key
+from harness.report.verdict import by_seed
 
 Point = pd.Series
 """A row of the points' DataFrame (`harness.report.frame.points`)."""
 
 
-def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict]:
+def seeds_of(point: Point, rows: list[dict], point_keys: list[str], every: bool = False) -> list:
     """The ok rows behind `point`: its task, model, parameters (those of `point_keys` and
-    those a variant's name was made of, `linear elu`) and chosen learning rate."""
+    those a variant's name was made of, `linear elu`) and chosen learning rate; `every`: its
+    cell's rows of any status and rate."""
     keys = [*point_keys, *(k for k in point.params if k not in point_keys)]
-    lr = None if missing(point.lr) else point.lr
+    lr = None if missing(point.lr) or every else point.lr
     return [
         row
         for row in rows
-        if row.get("status") == "ok"
+        if (every or row.get("status") == "ok")
         and row.get("task") == point.task
         and row.get("model") == point.model.split(" ")[0]
         and all(as_key(row.get(k)) == as_key(point.params.get(k)) for k in keys)
@@ -38,20 +38,22 @@ def seeds_of(point: Point, rows: list[dict], point_keys: list[str]) -> list[dict
 
 
 def readout_label(rows: list[dict]) -> str:
-    """`n90 12.3 (capacity_limited)` for one seed, `n90 11.0, >=12.4 (...)` for several seeds
-    of one verdict, `n90 <2 (training_limited), 2.16 (capacity_limited)` where their verdicts
-    differ, in seed order, the name at the readouts' threshold (`n80`); `>=` where the readout
-    is a lower bound (within a quarter of the largest tested load, or a run still rising), `<`
-    where it lies below the judging load."""
+    """`n90 12.3 (capacity_limited)` for one seed; for several, each readout named with its seed
+    (`verdict.by_seed`) and the verdict once where they agree, `n90 11.0 (seed 0), >=12.4 (seed
+    1): capacity_limited`, else each seed's, `n90 <2 (seed 0, training_limited), 2.16 (seed 1,
+    capacity_limited)`; the name at the readouts' threshold (`n80`); `>=` where the readout is
+    a lower bound, `<` where it lies below the judging load."""
     readouts = [
         {k.split(".", 1)[1]: v for k, v in r.items() if k.startswith("capacity.")}
+        | {"seed": r.get("seed")}
         for r in sorted(rows, key=lambda r: sort_key(r.get("seed")))
     ]
     name = level_name(readouts[0].get("threshold") or 0.9) if readouts else "n90"
-    if len({str(r.get("verdict")) for r in readouts}) <= 1:
-        values = ", ".join(shown(r, "n90") for r in readouts)
-        return f"{name} {values} ({readouts[0].get('verdict') if readouts else None})"
-    return f"{name} " + ", ".join(f"{shown(r, 'n90')} ({r.get('verdict')})" for r in readouts)
+    verdicts = {str(r.get("verdict")) for r in readouts}
+    text = f"{name} {by_seed(readouts, verdicts=len(verdicts) > 1)}"
+    if len(verdicts) > 1:
+        return text
+    return text + (f": {verdicts.pop()}" if len(readouts) > 1 else f" ({verdicts.pop()})")
 
 
 def load_figure(
@@ -84,11 +86,8 @@ def load_figure(
         ax.set_title(mine[0].model if several else "", fontsize=10)
     if any(r.get("capacity.training") not in (None, CONVERGED) for r in rows):
         handles[look.HOLLOW] = look.legend_entry(look.HOLLOW, marker="o", hollow=True)
-    title = f"Accuracy against load ({look.AXIS_TITLES.get(f'task.{load}', load)})"
     band = any(len(seeds_of(p, rows, point_keys)) > 3 for p in curves)
-    subtitle = load_curve_subtitle(rows, load, threshold, band)
-    subtitle = textwrap.fill(subtitle, width=int(fig.get_figwidth() * 13))
-    fig.suptitle(f"{title}\n{subtitle}", fontsize=11)  # wrapped: the panel keeps the width
+    look.titled(fig, "Accuracy against load", [load_curve_subtitle(rows, load, threshold, band)])
     where = dict(loc="outside lower center", ncols=2, fontsize=8, handlelength=4)
     fig.legend(handles=list(handles.values()), **where)
     return fig
@@ -121,9 +120,8 @@ def draw_curve(
     sample std around the mean and hollow markers for the seeds that had not converged."""
     mean = pd.Series(accuracy_by_load(metrics(point), load)).sort_index()
     colour, marker = look.colour(point.model), look.marker(point.model)
-    style = dict(color=colour, linewidth=1.6, linestyle=LINE_STYLES[index % len(LINE_STYLES)])
-    if point.model == look.REFERENCE:  # the band other curves lie on, as in every figure
-        style.update(linewidth=look.REFERENCE_LINE["linewidth"], alpha=look.REFERENCE_LINE["alpha"])
+    width = look.line_look(point.model)["linewidth"]
+    style = dict(color=colour, linewidth=width, linestyle=LINE_STYLES[index % len(LINE_STYLES)])
     params = {k: point.params.get(k) for k in point_keys if k != "seed"}
     label = " ".join(filter(None, [point.model, look.describe(params)]))
     label += f": {readout_label(seeds)}" if seeds else ""

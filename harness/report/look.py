@@ -1,10 +1,13 @@
 """How every figure of the report looks: each mixer's colour and marker from its place in the
 registry (`models.MIXERS`, sorted: a mixer registered later gets the next colour without a
-hand-kept table), softmax (the reference) black and drawn as a wide light band under the
-others, the binding-free baselines in grey (coinciding ones drawn once), log2 axes, axis
-titles with units, panels in a grid, and one legend entry per mark."""
+hand-kept table), softmax (the reference) a black line, the binding-free baselines grey lines
+(coinciding ones drawn once), log2 axes, axis titles with units, panels in a grid, one legend
+entry per mark, a short title naming the question with the budget in a small caption line
+under the figure, and the file formats a paper takes (`save`)."""
 
+import io
 import math
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from matplotlib import ticker  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from harness.config.short_names import in_figure as short  # noqa: E402
+from harness.report import DPI  # noqa: E402
 from models import MIXERS  # noqa: E402
 from models.registry import REFERENCE  # noqa: E402
 
@@ -46,10 +50,11 @@ BASELINE_STYLES = {"chance": ":", "in_context": "--", "elimination": "-."}
 PRECISION = 0.005
 """Two baselines closer than this everywhere print alike and share one line."""
 LINE = dict(linewidth=1.6, markersize=6, zorder=3)
-REFERENCE_LINE = dict(linewidth=6, markersize=12, zorder=2, alpha=0.4)
+REFERENCE_LINE = dict(linewidth=2.2, markersize=7, zorder=2.5)
+"""Softmax, the reference: black, a little wider, under the other mixers' lines."""
 SEED_POINTS = 3
 """Up to this many seeds each is drawn as a point; beyond, error bars (one std)."""
-HOLLOW = "hollow: not converged (still rising or at the floor when the budget ran out)"
+HOLLOW = "hollow: not converged (still rising, or not above the floor, when the budget ran out)"
 AXIS_TITLES = {
     "task.seq_len": "sequence length (tokens)",
     "task.num_kv_pairs": "key-value pairs per example",
@@ -155,11 +160,52 @@ def accuracy_axis(ax) -> None:
     ax.grid(alpha=0.3)
 
 
-def save(fig: plt.Figure, path: Path) -> Path:
-    """Write `fig` to `path` (PNG, 110 dpi, trimmed), close it, return the path."""
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+CAPTION = "caption"
+"""The gid of a figure's caption line (`titled`): the page repeats its text."""
+
+
+def titled(fig: plt.Figure, title: str, details: Sequence[str] = ()) -> None:
+    """`title` (the question, short) over the figure; `details` (the budget, what was left
+    out) in a small caption line under it, wrapped between phrases (`; `), never inside one."""
+    fig.suptitle(title, fontsize=12)
+    width, lines = int(fig.get_figwidth() * 15), []
+    for phrase in (p for d in details if d for p in d.split("; ")):
+        if lines and len(f"{lines[-1]}; {phrase}") <= width:
+            lines[-1] = f"{lines[-1]}; {phrase}"
+        else:
+            lines[-1:] = [f"{lines[-1]};"] if lines else []
+            lines += textwrap.wrap(phrase, width)
+    if lines:
+        fig.text(0.5, 0, "\n".join(lines), ha="center", va="top", fontsize=8, gid=CAPTION)
+
+
+def caption_of(fig: plt.Figure) -> str:
+    """The text of the figure's caption line (`titled`), on one line; empty without one."""
+    texts = [t.get_text() for t in fig.texts if t.get_gid() == CAPTION]
+    return " ".join(" ".join(texts).split())
+
+
+def save(
+    fig: plt.Figure, stem: Path, formats: Sequence[str] = ("png",), dpi: int = DPI
+) -> tuple[list[Path], bytes]:
+    """Write `fig` as `stem.<format>` for each of `formats` (at `dpi` for the raster; trimmed to
+    what is drawn, the caption line included), close it; the paths, and the PNG (the page's
+    image, drawn in memory where PNG is not among `formats`)."""
+    paths = [stem.with_suffix(f".{kind}") for kind in formats]
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    fig.draw_without_rendering()  # laid out once; trimming moves nothing, legends included:
+    fig.set_layout_engine("none")  # a legend pinned to where the layout put it
+    for legend in fig.legends:
+        box = legend.get_window_extent().transformed(fig.transFigure.inverted())
+        legend.set_bbox_to_anchor(box, transform=fig.transFigure)
+        legend.set_loc("center")
+    for path in paths:
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    png = stem.with_suffix(".png")
+    if png not in paths:
+        fig.savefig(buffer := io.BytesIO(), format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
-    return path
+    return paths, png.read_bytes() if png in paths else buffer.getvalue()
 
 
 def legend_entry(
@@ -178,7 +224,7 @@ def legend_entry(
 
 
 def model_entry(model: str) -> Line2D:
-    """A model's legend entry in its look (softmax's band wider and lighter)."""
+    """A model's legend entry in its look (softmax's line black and a little wider)."""
     look = {k: v for k, v in line_look(model).items() if k != "zorder"}
     return legend_entry(model, colour(model), marker(model), "-", **look)
 

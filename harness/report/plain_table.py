@@ -16,6 +16,23 @@ def is_number(value: object) -> bool:
     return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
+def fitting(
+    rows: list[dict], columns: Sequence[str], width: int, char: int = 1, pad: int = 2,
+    wraps: Sequence[str] = (),
+) -> list[str]:  # fmt: skip
+    """The columns of `columns`, in their order, that fit side by side in `width`: each takes
+    `char` x its longest cell or name + `pad` (a column in `wraps`, whose text wraps, 30
+    characters at most); one that would pass `width` is left out and the next is tried."""
+    kept, used = [], 0
+    for column in columns:
+        longest = max(len(column), *(len(format_cell(row.get(column))) for row in rows))
+        cost = char * (min(longest, 30) if column in wraps else longest) + pad
+        if used + cost <= width:
+            kept.append(column)
+            used += cost
+    return kept
+
+
 def print_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:
     """Print `rows` as an aligned text table (and return the text)."""
     if not rows:

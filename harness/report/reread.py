@@ -34,7 +34,8 @@ def reread(rows: list[dict], threshold: float) -> list[dict]:
     """`rows` with every ok run's `capacity.*` columns read anew from its metrics at
     `threshold` (the run's `train.*` for its training state, `data.num_test` for the sampling
     error, `plateau.min_delta`), and its `train.converged` judged anew from its validation
-    curve; a run without a load curve keeps no readout."""
+    curve (`train.state`: `converged`, `still_rising` or `at_floor`); a run without a load curve
+    keeps no readout."""
     out = []
     for row in rows:
         kept = {k: v for k, v in row.items() if not k.startswith(CAPACITY) or k in SETTINGS}
@@ -44,6 +45,7 @@ def reread(rows: list[dict], threshold: float) -> list[dict]:
             state = training_state(train, min_delta, row.get("data.num_val")) if train else None
             if state is not None:
                 kept[f"{TRAIN}converged"] = state == CONVERGED
+                kept[f"{TRAIN}state"] = state
             found = readout_of(
                 row, threshold, train or None, row.get("data.num_test"), min_delta,
                 row.get("data.num_val"),

@@ -83,8 +83,7 @@ def needle_heatmap(frame: pd.DataFrame, keys: list[str], subtitle: str = "") -> 
     if drawn:
         bar = fig.colorbar(drawn[-1], ax=axes, label="accuracy", shrink=0.8)
         mark_floors(bar, [p for p in needle if p.status == OK and slice_values(p, "depth_bin")])
-    title = "Needle retrieval: accuracy by depth and length"
-    fig.suptitle("\n".join(filter(None, [title, subtitle])), fontsize=11)
+    look.titled(fig, "Needle retrieval by depth and length", [subtitle])
     return fig
 
 

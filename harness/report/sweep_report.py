@@ -2,6 +2,7 @@
 `harness/report/__init__.py`, says what it holds)."""
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +23,12 @@ from harness.readouts.cell_law import CellLaw, laws_frame
 from harness.readouts.restarts import CAPACITY
 from harness.records.schema import status_of, tally
 from harness.records.sweep import load_sweep, sweep_description
+from harness.report import look
 from harness.report.budget import budget, rate_chosen
 from harness.report.capacity_figure import capacity_figure, lined
 from harness.report.capacity_law import cells_and_laws, law_notes, restart_frame
 from harness.report.capacity_runs import CapacityRun, design_runs
+from harness.report.curves import curve_figures
 from harness.report.figures import accuracy_figure, length_figure
 from harness.report.frame import (
     AVERAGED,
@@ -41,10 +44,9 @@ from harness.report.frame import (
     varied,
 )
 from harness.report.load_curve import load_figure
-from harness.report.look import save
-from harness.report.page import write_page
+from harness.report.page import page_columns, write_page
 from harness.report.pairs import COLUMNS, OWN, REFERENCE, pair_lines, pair_rows
-from harness.report.plain_table import print_table, write_csv
+from harness.report.plain_table import fitting, print_table, write_csv
 from harness.report.provenance import provenance
 from harness.report.references import reference_name, reference_rows
 from harness.report.reread import default_threshold, reread, threshold_of
@@ -53,6 +55,9 @@ from harness.report.table import frontier_rows, point_rows, problem_rows
 from harness.report.verdict import verdicts
 
 __all__ = ["report", "read"]
+CONSOLE_WIDTH = 120
+"""Characters the printed table may take: the columns that fit (`page_columns`' order), the
+rest in `table.csv`."""
 
 
 def description_of(sweep: Path) -> dict:
@@ -261,11 +266,14 @@ def report(
     wandb_mode: str = "auto",
     threshold: float | None = None,
     references: bool = True,
+    formats: tuple[str, ...] = ("png",),
+    dpi: int = look.DPI,
 ) -> list[dict]:
     """Write the report of `sweep` into `out` (default `<sweep>/report`); return the table.
     Every load curve's readout is read anew at `threshold` (default: the sweep's
     `capacity.threshold`; `harness.report.reread`); `references`: with the committed
-    references that match the sweep's protocol (`with_references`)."""
+    references that match the sweep's protocol (`with_references`); each figure is written in
+    `formats` (at `dpi`), the validation curves under `curves/`."""
     sweep = Path(sweep)
     rows, columns, swept, frame, threshold = read(sweep, threshold)
     out = Path(out or sweep / "report")
@@ -281,7 +289,12 @@ def report(
     chosen = description.get("swept")
     specs = figure_specs(frame, point_keys, chosen, description.get("experiment"))
     drawn = draw(frame, point_keys, rows, specs, laws | ref_laws, threshold, cells, ref_runs)
-    figures = [save(figure, out / f"{name}.png") for name, figure in drawn.items()]
+
+    def saved(figures: Iterable, under: Path) -> dict[str, tuple[list[Path], bytes, str]]:
+        return {k: (*look.save(f, under / k, formats, dpi), look.caption_of(f)) for k, f in figures}
+
+    figures = saved(drawn.items(), out)
+    curves = saved(curve_figures(frame, rows, point_keys), out / "curves")
     notes.extend([*law_notes(laws, cells, threshold), *ref_notes])
     table = point_rows(frame, point_keys, "optim.lr" in swept, threshold, laws, cells)
     problems = problem_rows(rows, chosen or point_keys)
@@ -290,16 +303,22 @@ def report(
     summary, closing = verdicts(frame, rows, threshold), pair_lines(pairs)
     fitted = any(lined(law) for (_, e), law in laws.items() if e == CAPACITY)
     origin = provenance(sweep, description, rows)
+    on_page = lambda found: {k: (png, line) for k, (_, png, line) in found.items()}  # noqa: E731
     page = write_page(
-        out / "report.html", sweep, [*summary, *closing], notes, figures, table, problems, origin,
-        settings, threshold, fitted=fitted,
+        out / "report.html", sweep, [*summary, *closing], notes, on_page(figures), table,
+        problems, origin, settings, threshold, fitted, on_page(curves),
     )  # fmt: skip
-    print_table(table)
+    shown = fitting(table, page_columns(table), CONSOLE_WIDTH) if table else None
+    print_table(table, shown)
+    if table and len(shown) < len(page_columns(table)):
+        print(f"(the columns that fit {CONSOLE_WIDTH} characters; all are in table.csv)")
     failed = [f"{p['status']}: {p['job']}: {p['error']}" for p in problems]
     for line in [*notes, *summary, *failed, *closing]:
         print(line)
-    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, figures)
-    written = [write_csv(table, out / "table.csv"), *figures, page]
+    files = [p for paths, _, _ in figures.values() for p in paths]
+    images = [p for p in files if p.suffix == ".png"]
+    log_to_wandb(sweep, out, description, wandb_mode, table, rows, problems, images)
+    written = [write_csv(table, out / "table.csv"), *files, page]
     if laws or ref_laws:
         sources = [REFERENCE if k in ref_laws else OWN for k in laws | ref_laws]
         laws_frame(laws | ref_laws).assign(source=sources).to_csv(out / "laws.csv", index=False)
@@ -307,5 +326,6 @@ def report(
     if pairs:
         pd.DataFrame(pairs, columns=COLUMNS).to_csv(out / "pairs.csv", index=False)
         written.insert(1, out / "pairs.csv")
-    print(f"written to {out}: {', '.join(p.name for p in written)}")
+    drawn_curves = f", curves/ ({len(curves)} cells' validation curves)" if curves else ""
+    print(f"written to {out}: {', '.join(p.name for p in written)}{drawn_curves}")
     return table

@@ -1,7 +1,12 @@
 """The report's opening lines: how many runs converged, which points sit at chance or at the
 binding-free floor (docs/tasks.md, "Binding-free baselines"), what to change, and one verdict
 line per cell (mixer x state) with its seeds' readouts and what to change where the cell did
-not learn (docs/background.md, "Reading a load curve")."""
+not learn (docs/background.md, "Reading a load curve").
+
+The floor is one thing everywhere: the accuracy of the strongest binding-free baseline on the
+examples an accuracy is measured on. A point with a load curve is placed against chance and
+the floor at its judging load (the smallest load a guess cannot pass), where its verdict is
+judged; a point without one, on its whole test set."""
 
 from collections import Counter
 
@@ -14,6 +19,7 @@ from harness.readouts.capacity import (
     RISING_BELOW_JUDGING_LOAD,
     WHY,
     accuracy_by_load,
+    baselines_by_load,
     level_name,
     load_of,
     shown,
@@ -25,24 +31,38 @@ from harness.report.look import describe, model_order
 
 Point = pd.Series
 """A row of the points' DataFrame (`harness.report.frame.points`)."""
+PLACES = ("chance", "between", "floor")
 
 
 def name(point: Point) -> str:
     return " ".join(filter(None, [point.model, describe(point.params)]))
 
 
-def at(point: Point, level: float) -> bool:
-    """Accuracy within a tenth of the way from `level` to 1 (`convergence.left_floor`)."""
-    return not left_floor([(0, point.test_acc)], level, MIN_DELTA)
+def judged_accuracy(point: Point) -> tuple[float | None, dict[str, float]]:
+    """(accuracy, baselines) where the point is judged: at its judging load where it has a load
+    curve (its seeds' means there), else on its whole test set."""
+    at_load = next((r.get("judged_at") for r in point.capacity if r.get("judged_at")), None)
+    load = load_of(metrics(point))
+    if at_load is None or load is None:
+        return point.test_acc, baselines(point)
+    found = {
+        k: v[at_load] for k, v in baselines_by_load(metrics(point), load).items() if at_load in v
+    }
+    return accuracy_by_load(metrics(point), load).get(at_load), found
 
 
-def below_floor(point: Point) -> str | None:
-    """`chance` or `between` for a point at the floor that is under it by more than the
-    console's margin (`harness.training.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
-    (floor - chance))): at chance it has not learned which tokens answer; between, it is
-    learning that; None when it answers as a binding-free strategy does."""
-    floor = max(baselines(point).values())
-    return under_floor(point.test_acc, baselines(point).get("chance"), floor, MIN_DELTA)
+def place(point: Point) -> str | None:
+    """`chance`, `between` (chance and the floor) or `floor` for a point whose judged accuracy
+    (`judged_accuracy`) is within a tenth of the way from the floor to 1
+    (`convergence.left_floor`), by the console's margin (`convergence.under_floor`); None for
+    one above the floor."""
+    acc, found = judged_accuracy(point)
+    if acc is None or missing(acc) or not found:
+        return None
+    floor = max(found.values())
+    if left_floor([(0, acc)], floor, MIN_DELTA):
+        return None
+    return under_floor(acc, found.get("chance"), floor, MIN_DELTA) or "floor"
 
 
 def listed(points: list[Point], most: int = 8) -> str:
@@ -55,8 +75,8 @@ def advice(readouts: list[dict], largest: str) -> str:
     why = Counter(r.get("why") for r in readouts)
     if why[FLOOR_AT_JUDGING_LOAD] == len(readouts):
         return (
-            "not learned: every seed at the binding-free floor; try another optim.lr or a "
-            "larger trainer.max_steps before reading it as capacity"
+            "not learned: no seed clearly above the binding-free floor at the judging load; try "
+            "another optim.lr or a larger trainer.max_steps before reading it as capacity"
         )
     training_limited = why[FLOOR_AT_JUDGING_LOAD] or why[RISING_BELOW_JUDGING_LOAD]
     lower_bounds = any(
@@ -77,53 +97,54 @@ def advice(readouts: list[dict], largest: str) -> str:
     return "; ".join(tip for tip, given in tips.items() if given)
 
 
+def by_seed(readouts: list[dict], with_error: bool = False, verdicts: bool = False) -> str:
+    """Each seed's n90 named with its seed (and its verdict: `verdicts`), `<2 (seed 0), 2.41 ±
+    0.2 (seed 1)`, so that a list never reads as several cells' readouts; one seed's alone."""
+    if len(readouts) == 1:
+        return shown(readouts[0], "n90", with_error=with_error)
+    tag = lambda r: f"seed {r.get('seed')}" + f", {r.get('verdict')}" * verdicts  # noqa: E731
+    return ", ".join(f"{shown(r, 'n90', with_error=with_error)} ({tag(r)})" for r in readouts)
+
+
 def cell_line(point: Point, threshold: float) -> str:
-    """`Cell linear D=4, 3 seeds (0, 1, 2): n90 <2; 2.41 ± 0.2; >=3.1 ± 0.1; 2 capacity_limited
-    (...), 1 training_limited (...). <advice>`; for one seed `Cell softmax, 1 seed (0): n90 >=16,
-    not_limited (...). <advice>` (no count before its verdict)."""
+    """`Cell linear D=4, 3 seeds (0, 1, 2): n90 <2 (seed 0), 2.41 ± 0.2 (seed 1), >=3.1 ± 0.1
+    (seed 2); verdicts: 2 seeds capacity_limited (...), 1 seed training_limited (...).
+    <advice>`; for one seed `Cell softmax, 1 seed (0): n90 >=16; verdict: not_limited (...).
+    <advice>`."""
     readouts = point.capacity
-    level = level_name(threshold)
     one = len(readouts) == 1
     seeds = f"{len(readouts)} seed{'' if one else 's'} "
     seeds += f"({', '.join(str(r.get('seed')) for r in readouts)})"
-    values = "; ".join(shown(r, "n90", with_error=True) for r in readouts)
     kinds = Counter((r.get("verdict"), r.get("why")) for r in readouts)
     verdict_text = ", ".join(
-        ("" if one else f"{n} ") + f"{v} ({WHY.get(w, w)})" for (v, w), n in kinds.most_common()
+        ("" if one else f"{n} seed{'' if n == 1 else 's'} ") + f"{v} ({WHY.get(w, w)})"
+        for (v, w), n in kinds.most_common()
     )
     loads = accuracy_by_load(metrics(point), load_of(metrics(point)) or "")
     tips = advice(readouts, str(max(loads, default="the largest")))
-    line = f"Cell {name(point)}, {seeds}: {level} {values}{',' if one else ';'} {verdict_text}."
+    values = f"{level_name(threshold)} {by_seed(readouts, with_error=True)}"
+    line = f"Cell {name(point)}, {seeds}: {values}; verdict{'' if one else 's'}: {verdict_text}."
     return line + (f" {tips[0].upper()}{tips[1:]}." if tips else "")
-
-
-def converged_now(row: dict) -> bool:
-    """Converged by the rule the report reads the records with (`capacity.training`, judged
-    anew), else by the record's own `train.converged`."""
-    training = row.get("capacity.training")
-    return training == "converged" if training is not None else bool(row["train.converged"])
 
 
 def verdicts(frame: pd.DataFrame, rows: list[dict], threshold: float) -> list[str]:
     """One line per finding, most important first; the advice names the key to change; then
     one line per cell (`cell_line`)."""
     ok_rows = [r for r in rows if r.get("status") == OK]
-    flags = [converged_now(r) for r in ok_rows if "train.converged" in r]
+    flags = [bool(r["train.converged"]) for r in ok_rows if "train.converged" in r]  # reread
     lines = [f"{sum(flags)} of {len(flags)} finished runs converged." if flags else ""]
     points = [p for _, p in frame.iterrows()]
     ok = [p for p in points if p.status == OK and not missing(p.test_acc) and baselines(p)]
-    floor = [p for p in ok if at(p, max(baselines(p).values()))]
-    chance = [p for p in floor if below_floor(p) == "chance"]
-    between = [p for p in floor if below_floor(p) == "between"]
-    floor = [p for p in floor if below_floor(p) is None]
+    chance, between, floor = ([p for p in ok if place(p) == w] for w in PLACES)
+    where = " (load curves: at the judging load)" * any(p.capacity for p in ok)
     findings = [
-        (chance, "At chance (not even the answer tokens learned): {}. Check the learning rate "
-         "(optim.lr) and the step budget (trainer.max_steps) before reading these as limits."),
-        (between, "Between chance and the binding-free floor (learning which tokens answer): "
-         "{}. Give them more steps (trainer.max_steps)."),
-        (floor, "At the binding-free floor (no retrieval learned): {}. A recall model sits at the "
-         "floor for an unpredictable number of steps before it jumps: try another optim.lr or a "
-         "larger trainer.max_steps before reading it as capacity."),
+        (chance, f"At chance{where} (not even the answer tokens learned): {{}}. Check the learning "
+         "rate (optim.lr) and the step budget (trainer.max_steps) before reading these as limits."),
+        (between, f"Between chance and the binding-free floor{where} (learning which tokens "
+         "answer): {}. Give them more steps (trainer.max_steps)."),
+        (floor, f"At the binding-free floor{where} (no retrieval learned): {{}}. A recall model "
+         "sits at the floor for an unpredictable number of steps before it jumps: try another "
+         "optim.lr or a larger trainer.max_steps before reading it as capacity."),
     ]  # fmt: skip
     lines += [text.format(listed(found)) for found, text in findings if found]
     rising = [

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from common.human import human_count, human_time
 from harness.readouts.capacity import (
+    FLOOR_AT_JUDGING_LOAD,
     NOT_LIMITED,
     RISING_PAST_JUDGING_LOAD,
     TRAINING_LIMITED,
@@ -147,9 +148,11 @@ def capacity_text(capacity: dict | None) -> str:
     text = f"{load}: {name} {n90} n50 {n50}, {capacity.get('verdict')}"
     if capacity.get("why") == RISING_PAST_JUDGING_LOAD:
         text += f" ({WHY[RISING_PAST_JUDGING_LOAD]})"
-    elif capacity.get("verdict") == TRAINING_LIMITED:
-        below = f"below {capacity.get('threshold')} at {capacity.get('judged_at')} {load}"
-        text += f" ({below}: not a limit)"
+    elif capacity.get("verdict") == TRAINING_LIMITED:  # at the floor, or still rising, there
+        where = f"still rising, below {capacity.get('threshold')}"
+        if capacity.get("why") == FLOOR_AT_JUDGING_LOAD:
+            where = "not above the binding-free floor"
+        text += f" ({where} at {capacity.get('judged_at')} {load}: not a limit)"
     elif capacity.get("verdict") == NOT_LIMITED and capacity.get("n90") is not None:
         text += f" (holds every tested load, up to {capacity['n90']:g})"
     return text

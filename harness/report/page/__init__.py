@@ -13,6 +13,7 @@ import jinja2
 import yaml
 
 from harness.readouts.capacity import level_name
+from harness.report.plain_table import fitting, format_cell
 
 HERE = Path(__file__).parent
 TEXTS = yaml.safe_load((HERE / "captions.yaml").read_text())
@@ -33,17 +34,10 @@ def caption(stem: str, threshold: float, fitted: bool) -> str:
     return CAPTIONS.get(stem, "").format(level=level, threshold=threshold, fit=fit)
 
 
-def cell(value: Any) -> str:
-    """A table cell's text: floats to 4 significant digits, nothing for None."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
 ENVIRONMENT = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE), autoescape=True, keep_trailing_newline=True
 )
-ENVIRONMENT.filters["cell"] = cell
+ENVIRONMENT.filters["cell"] = format_cell  # floats to 4 significant digits, None blank
 TEMPLATE = ENVIRONMENT.get_template("page.html.j2")
 
 LEADING = ("model", "status", "verdict", "test_acc", "std", "seeds", "converged")
@@ -64,9 +58,18 @@ def page_columns(rows: list[dict]) -> list[str]:
     ]
     readouts = [c for c in columns if READOUT_COLUMN.match(c)]  # n90, n50 (n80 at another level)
     lead = [c for c in LEADING if c in columns]
-    lead = lead[:1] + params + lead[1:3] + readouts + lead[3:]
+    seeds = ["read_seeds"] * ("read_seeds" in columns)  # whose readouts, in that order
+    lead = lead[:1] + params + lead[1:3] + seeds + readouts + lead[3:]
     tail = [c for c in TRAILING if c in columns and c not in lead]
     return lead + [c for c in columns if c not in lead and c not in tail] + tail
+
+
+WRAPPED = ("note", "verdict", "error")
+"""Columns whose text wraps in its cell instead of widening the table."""
+PAGE_WIDTH = 1240
+"""Pixels the page's results table may take (the page is 1,280 px wide): the columns that fit
+(`plain_table.fitting`, at most 9 px a character at 13 px, 13 px of padding), the rest in
+`table.csv`."""
 
 
 def table(rows: list[dict]) -> str:
@@ -80,26 +83,34 @@ def write_page(
     sweep: Path,
     verdicts: list[str],
     notes: list[str],
-    figures: list[Path],
+    figures: dict[str, tuple[bytes, str]],
     rows: list[dict],
     problems: list[dict],
     provenance: dict[str, str],
     settings: tuple[dict[str, Any], dict[str, Any]],
     threshold: float,
     fitted: bool = True,
+    curves: dict[str, tuple[bytes, str]] | None = None,
 ) -> Path:
-    """Write the page; images are inlined (base64), so the file stands alone. The captions
-    name the readout at `threshold` (`n90` at 0.9); `fitted`: whether the capacity figure
-    draws a fitted law (its caption says the line only then)."""
+    """Write the page; images (`figures`, `curves`: by stem, the PNG and the figure's caption
+    line) are inlined (base64), so the file stands alone. The captions name the readout at
+    `threshold` (`n90` at 0.9); `fitted`: whether the capacity figure draws a fitted law (its
+    caption says the line only then). The results table shows the columns that fit
+    `PAGE_WIDTH`; every column is in `table.csv`."""
     experiment, plumbing = settings
-    drawn = [
-        dict(stem=f.stem, data=base64.b64encode(f.read_bytes()).decode(),
-             caption=caption(f.stem, threshold, fitted))
-        for f in figures
-    ]  # fmt: skip
+
+    def inlined(found: dict[str, tuple[bytes, str]]) -> list[dict]:
+        return [
+            dict(stem=stem, data=base64.b64encode(png).decode(),
+                 caption=" ".join(filter(None, [caption(stem, threshold, fitted), line])))
+            for stem, (png, line) in found.items()
+        ]  # fmt: skip
+
+    shown = fitting(rows, page_columns(rows), PAGE_WIDTH, char=9, pad=13, wraps=WRAPPED)
     page = TEMPLATE.render(
         title=str(sweep), style=(HERE / "page.css").read_text(), verdicts=verdicts, notes=notes,
-        figures=drawn, rows=rows, columns=page_columns(rows), problems=problems,
+        figures=inlined(figures), curves=inlined(curves or {}), rows=rows, columns=shown,
+        hidden=len(page_columns(rows)) - len(shown), problems=problems,
         problem_columns=page_columns(problems), provenance=provenance,
         settings=[
             ("Settings that define the experiment", as_rows(experiment)),

@@ -18,6 +18,7 @@ from harness.report.capacity_figure import capacity_figure, law_label, no_fit_no
 from harness.report.capacity_law import CELL, cells_and_laws, restart_frame
 from harness.report.capacity_runs import design_runs
 from harness.report.frame import clean_rows, points
+from harness.report.look import caption_of
 from harness.report.reread import reread
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import accuracies, curve_record
@@ -127,8 +128,12 @@ def test_each_kind_of_readout_is_drawn_as_what_it_is() -> None:
     assert "softmax's KV cache: R = T tokens (dashed)" in labels
     dashed = {line.get_gid() for line in ax.lines if str(line.get_gid()).startswith("rank_")}
     assert dashed == {"rank_bound:linear", "rank_bound:softmax"}
-    title = " ".join(fig._suptitle.get_text().split())  # the subtitle wraps
-    assert "1 training_limited run(s) at the floor or below the judging load not drawn" in title
+    assert fig._suptitle.get_text() == "Capacity against state"  # the question; the rest below
+    caption = caption_of(fig)
+    assert (
+        "1 training_limited run(s) (not above the floor at the judging load, or still rising "
+        "below it): not drawn" in caption
+    )
     assert ax.get_ylabel().startswith("n90: largest load at accuracy >= 0.9")
 
 
@@ -183,7 +188,7 @@ def test_another_threshold_names_every_label() -> None:
     runs, rows, laws = runs_of(law_records(), threshold=0.8)
     fig = capacity_figure(runs, rows, laws, 0.8)
     assert fig.axes[0].get_ylabel().startswith("n80: largest load at accuracy >= 0.8")
-    assert "n80 per restart" in fig._suptitle.get_text()
+    assert "n80 per restart" in caption_of(fig)
 
 
 def test_no_figure_without_two_state_sizes() -> None:
@@ -224,7 +229,8 @@ def test_the_report_reads_the_curves_anew_at_the_threshold_asked(tmp_path: Path,
     printed = capsys.readouterr().out
     assert "capacity law: linear, on capacity" in printed and "b in R = " in printed
     assert "typical law: linear, on the typical restart" in printed
-    assert "Cell linear d_model=16, 3 seeds (0, 1, 2): n90 <2; <2; <2; 3 " in printed
+    cell = "Cell linear d_model=16, 3 seeds (0, 1, 2): n90 <2 (seed 0), <2 (seed 1), <2 (seed 2); "
+    assert cell + "verdicts: 3 seeds " in printed
     assert "n90 <2 ; " not in printed and ": seeds " not in printed
 
     table = report(sweep, wandb_mode="disabled", threshold=0.8)

@@ -69,17 +69,21 @@ def test_one_panel_a_line_per_model_with_its_readout() -> None:
     assert "baseline: in_context = elimination" in labels
     gids = [line.get_gid() for line in fig.axes[0].lines]
     assert gids.count("baseline:in_context") == 1 and "baseline:elimination" not in gids
-    # softmax, the reference, is the wide band the other curves can be seen lying on
+    # softmax, the reference, is the black line, a little wider than the others
     lines = {line.get_gid(): line for line in fig.axes[0].lines}
-    assert lines["model:softmax"].get_linewidth() > 2 * lines["model:linear"].get_linewidth()
+    assert lines["model:softmax"].get_color() == "black"
+    assert lines["model:softmax"].get_linewidth() > lines["model:linear"].get_linewidth()
 
 
 def test_seeds_of_different_verdicts_each_carry_their_own_in_seed_order() -> None:
     low = {n: a / 2 for n, a in LINEAR.items()}
     rows = [run("linear", LINEAR, "capacity_limited", 8.0, 1), run("linear", low, "x", 2.0, 0)]
     rows[1]["capacity.verdict"], rows[1]["capacity.n90_censoring"] = "training_limited", "left"
-    assert readout_label(rows) == "n90 <2 (training_limited), 8 (capacity_limited)"
-    assert readout_label(rows[:1] * 2) == "n90 8, 8 (capacity_limited)"
+    assert readout_label(rows) == "n90 <2 (seed 0, training_limited), 8 (seed 1, capacity_limited)"
+    assert readout_label(rows[:1]) == "n90 8 (capacity_limited)"
+    assert readout_label([rows[0], {**rows[0], "seed": 2}]) == (
+        "n90 8 (seed 1), 8 (seed 2): capacity_limited"
+    )
 
 
 def test_no_figure_without_load_curves() -> None:

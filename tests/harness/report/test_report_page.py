@@ -179,7 +179,7 @@ def test_the_page_in_headless_chromium_loads_every_figure_and_does_not_overflow(
     probed.write_text((gap / "report.html").read_text().replace("</body>", PROBE + "</body>"))
     for width in (1280, 900):
         probe = probed_in_chromium(probed, width)
-        assert probe["images"] == 2 and probe["loaded"] == 2, probe
+        assert probe["images"] == probe["loaded"] >= 2, probe  # figures, then the curves
         assert probe["scrollWidth"] <= probe["width"], probe
 
 

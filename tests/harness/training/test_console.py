@@ -17,6 +17,7 @@ from harness.readouts.capacity import readout
 from harness.readouts.convergence import STILL_RISING
 from harness.training.checkpoint import saved_step
 from harness.training.console import (
+    capacity_text,
     interrupted,
     job_line,
     quiet,
@@ -111,6 +112,23 @@ def test_a_still_rising_run_reads_a_lower_bound_in_the_same_words_as_its_verdict
     assert "n90 >=4.26" in line and "capacity_limited" not in line
     assert "training_limited (still rising: its readout is a lower bound, not a limit)" in line
     assert "not converged (budget ran out while improving)" in line
+
+
+def test_a_run_at_the_floor_and_one_that_learned_below_the_threshold_say_which_they_are() -> None:
+    """Both read n90 <2; the README's verdicts tell them apart, and so does the line: FAVOR+ at
+    the floor at 2 pairs is training_limited, a state that bound but held under 0.9 there is
+    capacity_limited."""
+    floors = {2: 0.5, 4: 0.25, 8: 0.125}
+    at_floor = readout({2: 0.45, 4: 0.25, 8: 0.12}, floors, 0.9, "at_floor")
+    learned = readout({2: 0.8, 4: 0.5, 8: 0.2}, floors, 0.9, "converged")
+    floor_text = capacity_text({**at_floor, "load": "num_kv_pairs"})
+    assert floor_text.endswith(
+        "n90 <2 n50 <2, training_limited (not above the binding-free floor at 2 kv pairs: "
+        "not a limit)"
+    )
+    assert capacity_text({**learned, "load": "num_kv_pairs"}).endswith(
+        "n90 <2 n50 4, capacity_limited"
+    )
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ def at(point: Point, level: float) -> bool:
 
 def below_floor(point: Point) -> str | None:
     """`chance` or `between` for a point at the floor that is under it by more than the
-    console's margin (`harness.training.console.why_not_converged`: max(min_delta, FLOOR_MARGIN x
+    margin of `harness.readouts.convergence.under_floor` (max(min_delta, FLOOR_MARGIN x
     (floor - chance))): at chance it has not learned which tokens answer; between, it is
     learning that; None when it answers as a binding-free strategy does."""
     floor = max(baselines(point).values())

@@ -132,12 +132,12 @@ REFERENCES = Path(__file__).resolve().parents[2] / "docs" / "results" / "headlin
 
 
 def protocol(record: dict) -> tuple:
-    """What a reference shares with a run: the task and its parameters, the backbone, the
-    batch and the step budget."""
+    """What a reference shares with a run: the task, its parameters and test sets, the
+    backbone, the batch and the step budget."""
     config = record.get("config") or {}
-    batch = (config.get("data") or {}).get("batch_size")
-    budget = (config.get("trainer") or {}).get("max_steps")
-    return record.get("task"), record.get("task_params"), config.get("backbone"), batch, budget
+    task, data, trainer = (config.get(key) or {} for key in ("task", "data", "trainer"))
+    given = task.get("test"), config.get("backbone"), data.get("batch_size")
+    return record.get("task"), record.get("task_params"), *given, trainer.get("max_steps")
 
 
 def reference_text(record: dict) -> str:

@@ -116,14 +116,14 @@ def status_word(record: dict) -> str:
 
 
 def capacity_text(capacity: dict | None) -> str:
-    """`n90 12.3 kv pairs: capacity_limited`, the load curve's readout at its threshold
-    (`harness.readouts.capacity`; `n80` at 0.8) and its verdict: `>=` a lower bound, `<` below
-    the judging load. n50, the errors and the verdict's reason (`why`) are the record's."""
+    """`n90 12.3: capacity_limited`, the load curve's readout at its threshold
+    (`harness.readouts.capacity`; `n80` at 0.8) in units of its load (`capacity.load`: MQAR's
+    key-value pairs) and its verdict: `>=` a lower bound, `<` below the judging load. The
+    load's name, n50, the errors and the verdict's reason (`why`) are the record's."""
     if not capacity:
         return ""
-    load = str(capacity.get("load") or "load").replace("num_", "").replace("_", " ")
     name = level_name(capacity.get("threshold") or 0.9)
-    return f"{name} {shown(capacity, 'n90')} {load}: {capacity.get('verdict')}"
+    return f"{name} {shown(capacity, 'n90')}: {capacity.get('verdict')}"
 
 
 REFERENCES = Path(__file__).resolve().parents[2] / "docs" / "results" / "headline_pilot" / "records"
@@ -141,17 +141,19 @@ def protocol(record: dict) -> tuple:
 
 
 def reference_text(record: dict) -> str:
-    """`(softmax >=16)`: the lowest n90 of softmax's committed records (`REFERENCES`) at
-    the run's protocol, beside a training-limited run of another mixer; empty when none."""
+    """`(softmax >=16 in 1 of 2)`: beside a training-limited run of another mixer, the best n90
+    of softmax's committed records (`REFERENCES`) at the run's protocol, the report's capacity
+    (the best restart), and how many of them read it; empty when none."""
     capacity = record.get("capacity") or {}
     if record.get("model") == "softmax" or capacity.get("verdict") != TRAINING_LIMITED:
         return ""
     found = [r for r in read_summary(REFERENCES) if r.get("model") == "softmax"]
-    found = [r for r in found if r.get("capacity") and protocol(r) == protocol(record)]
+    found = [r["capacity"] for r in found if r.get("capacity") and protocol(r) == protocol(record)]
     if not found:
         return ""
-    lowest = min(found, key=lambda r: r["capacity"]["n90"])
-    return f"(softmax {shown(lowest['capacity'], 'n90')})"
+    readouts = [shown(c, "n90") for c in found]
+    best = shown(max(found, key=lambda c: c["n90"]), "n90")
+    return f"(softmax {best} in {readouts.count(best)} of {len(found)})"
 
 
 def state_text(state: dict) -> str:

@@ -44,7 +44,7 @@ from harness.training.checkpoint import (
     save_last,
     saved_step,
 )
-from harness.training.console import interrupted, job_line, quiet, show_progress_bar
+from harness.training.console import interrupted, job_line, quiet, show_progress_bar, where
 from harness.training.progress import ProgressLines
 from harness.training.threads import CoreWatch, ThreadChoice, ThreadShare, choose_threads
 from harness.training.validation_curve import ValidationCurve
@@ -354,7 +354,7 @@ def finish_job(job: Job, record: dict, logger: Logger | None) -> None:
     if job.sweep is not None:
         append_summary(job.sweep, record)
     if job.sweep is not None or record["status"] != FAILED:
-        announce(job, record, f"-> {job.run_dir}" if job.sweep is None else "")
+        announce(job, record, where(job.run_dir) if job.sweep is None else "")
 
 
 def announce(job: Job, record: dict, note: str = "") -> None:

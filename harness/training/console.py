@@ -197,6 +197,13 @@ def job_line(record: dict, values: dict[str, object], position: str | None = Non
     return "  ".join(p for p in parts if p)
 
 
+def where(folder: Path) -> str:
+    """`-> outputs/2026-12-06/08-41-15`: a run's folder, relative to the working directory
+    when it lies under it (Hydra's is absolute), so that the line keeps its width."""
+    folder, here = Path(folder).resolve(), Path.cwd().resolve()
+    return f"-> {folder.relative_to(here) if folder.is_relative_to(here) else folder}"
+
+
 def interrupted(checkpoint: Path, step: int | None, max_steps: int, sweep: Path | None) -> str:
     """What Ctrl-C left behind and how to go on: the checkpoint holds the training state at
     `step` (its last validation; None: no checkpoint), which a rerun resumes from."""

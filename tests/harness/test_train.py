@@ -92,7 +92,7 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     (line,) = [line for line in result.stdout.splitlines() if " acc " in line]
     assert re.match(r"(ok|guessing) assoc_recall favor  acc ", line), line
     assert f"acc {saved['metrics']['test/acc']:.3f}" in line
-    assert "state 4,224  " in line and line.endswith(f"-> {tmp_path / 'run'}")
+    assert "state 4,224  " in line and line.endswith("-> run")  # the folder, from its cwd
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 
 

@@ -126,6 +126,13 @@ def test_the_headline_s_line_sets_a_guess_against_softmax_in_160_columns(tmp_pat
     assert "(softmax" not in job_line(favor, {})
 
 
+def test_a_run_s_folder_is_named_from_the_working_directory_when_under_it(tmp_path) -> None:
+    assert console.where(Path.cwd() / "outputs" / "2026-12-06" / "08-41-15") == (
+        "-> outputs/2026-12-06/08-41-15"
+    )
+    assert console.where(tmp_path) == f"-> {tmp_path.resolve()}"
+
+
 def test_a_load_curve_line_keeps_its_readout_and_leaves_convergence_to_its_verdict() -> None:
     capacity = {"load": "num_kv_pairs", "n90": 12.3, "n50": 27.0, "verdict": "capacity_limited"}
     train = {**OK["train"], "val_curve": [[100, 0.008]], "floor": 0.125}

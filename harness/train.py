@@ -30,7 +30,7 @@ from harness.readouts.convergence import standard_error
 from harness.records.failures import interruptible, is_interruption, outcome
 from harness.records.files import append_summary, read_summary
 from harness.records.record import config_of, new_record, state_record, write_record
-from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK, RECORD
+from harness.records.schema import DIVERGED, DIVERGED_AT_STEP, FAILED, OK
 from harness.records.sweep import finished_now, job_position, sweep_description, swept_values
 from harness.records.wandb_run import finish_wandb, run_name, sweep_group, wandb_logger
 from harness.training.build import BuiltRun, build, resolved_model_params
@@ -44,7 +44,7 @@ from harness.training.checkpoint import (
     save_last,
     saved_step,
 )
-from harness.training.console import interrupted, job_line, quiet, show_progress_bar
+from harness.training.console import interrupted, job_line, quiet, show_progress_bar, where
 from harness.training.progress import ProgressLines
 from harness.training.threads import CoreWatch, ThreadChoice, ThreadShare, choose_threads
 from harness.training.validation_curve import ValidationCurve
@@ -354,14 +354,15 @@ def finish_job(job: Job, record: dict, logger: Logger | None) -> None:
     if job.sweep is not None:
         append_summary(job.sweep, record)
     if job.sweep is not None or record["status"] != FAILED:
-        announce(job, record, f"-> {job.run_dir / RECORD}" if job.sweep is None else "")
+        announce(job, record, where(job.run_dir) if job.sweep is None else "")
 
 
 def announce(job: Job, record: dict, note: str = "") -> None:
-    """Print the job's closing line; in a sweep prefixed by `[finished/jobs]`."""
+    """Print the job's closing line; in a sweep prefixed by `[finished/jobs]` and naming the
+    context length beside the swept values."""
     description = sweep_description(job.sweep)
     position = job_position(job.sweep) if job.sweep is not None else None
-    values = {"task.seq_len": record.get("seq_len")}
+    values = {"task.seq_len": record.get("seq_len")} if job.sweep is not None else {}
     values.update(swept_values(record, description.get("swept")))
     line = job_line(record, values, position)
     print(f"{line}  {note}".rstrip(), flush=True)

@@ -4,6 +4,7 @@ the schema of `harness.config.settings` (one source of truth each)."""
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,20 @@ def test_every_trainer_option_sets_only_declared_keys_to_allowed_values(option: 
     cfg = compose_config([f"trainer={option}", "trainer.accelerator=cpu", "trainer.devices=1"])
     check_settings(cfg)
     assert set(cfg.trainer) == {k.split(".", 1)[1] for k in declared() if k.startswith("trainer.")}
+
+
+@pytest.mark.parametrize("option", sorted(p.stem for p in (CONF / "state_size").glob("favor_*")))
+def test_a_favor_state_size_composes_to_the_state_its_header_states(make_cfg, option) -> None:
+    """`+state_size=favor_dN` is FAVOR+ with N features, and its header's floats and rank bound
+    are the mixer's (H (N d_v + N) and H N), the same as `linear_dN`'s."""
+    header = (CONF / "state_size" / f"{option}.yaml").read_text().splitlines()[1]
+    floats, bound = (
+        int(n) for n in re.findall(r"(\d+) floats of state per layer, rank bound (\d+)", header)[0]
+    )
+    cfg = make_cfg([f"+state_size={option}"])
+    assert cfg.model.name == "favor" and option == f"favor_d{cfg.model.feature_dim}"
+    params = {k: v for k, v in OmegaConf.to_container(cfg.model).items() if k != "name"}
+    favor = MIXERS.build("favor", d_model=cfg.backbone.d_model, **params)
+    linear = MIXERS.build("linear", d_model=cfg.backbone.d_model, feature_dim=cfg.model.feature_dim)
+    assert (favor.state_size(64), favor.rank_bound(64)) == (floats, bound)
+    assert (linear.state_size(64), linear.rank_bound(64)) == (floats, bound)

@@ -12,16 +12,9 @@ import warnings
 from pathlib import Path
 
 from common.human import human_count, human_time
-from harness.readouts.capacity import (
-    FLOOR_AT_JUDGING_LOAD,
-    NOT_LIMITED,
-    RISING_PAST_JUDGING_LOAD,
-    TRAINING_LIMITED,
-    WHY,
-    level_name,
-    shown,
-)
-from harness.readouts.convergence import MIN_DELTA, left_floor, under_floor
+from harness.readouts.capacity import TRAINING_LIMITED, level_name, shown
+from harness.readouts.convergence import MIN_DELTA
+from harness.records.files import read_summary
 from harness.records.record import KV_CACHES, model_label
 from harness.records.schema import OK, status_of
 
@@ -107,98 +100,108 @@ def strongest_baseline(metrics: dict) -> tuple[str, float] | None:
     return name, baselines[name]
 
 
-def why_not_converged(record: dict) -> str:
-    """Why a run is not converged, judged on its best validation accuracy (`train.val_curve`)
-    against chance (`test/baseline/chance`, one over the answer alphabet) and the binding-free
-    floor (`train.floor`: `harness.readouts.convergence.left_floor`, docs/background.md):
+GUESSING = "guessing"
+"""The console's word in place of `ok` for a run that trained and tested but scored below its
+strongest binding-free baseline + `MIN_DELTA` (a guess that needs no binding scores as
+much): it has not learned to retrieve. Its record's status stays `ok`."""
 
-    - at chance: it has not learned which tokens answer (within the floor's margin of chance);
-    - between chance and the floor: it is learning which tokens answer;
-    - at the floor: it answers as a binding-free strategy does (it may not have jumped yet, or
-      cannot learn);
-    - above the floor: still improving when the budget ran out."""
-    train = record.get("train") or {}
-    curve, floor = train.get("val_curve") or [], train.get("floor")
-    chance = (record.get("metrics") or {}).get("test/baseline/chance")
-    min_delta = ((record.get("config") or {}).get("plateau") or {}).get("min_delta", MIN_DELTA)
-    if floor is None or not curve or left_floor(curve, floor, min_delta):
-        return "budget ran out while improving"
-    best = max(acc for _, acc in curve)
-    where = under_floor(best, chance, floor, min_delta)
-    if where == "chance":
-        return f"at chance {chance:.3f}: not learned which tokens answer, let alone which one"
-    if where == "between":
-        return (
-            f"{best:.3f}, between chance {chance:.3f} and the binding-free floor "
-            f"{floor:.3f}: learning which tokens answer"
-        )
-    return f"still at the binding-free floor {floor:.3f} when the budget ran out"
+
+def status_word(record: dict) -> str:
+    """The record's status, or `GUESSING` for an `ok` run no better than its best guess."""
+    status, metrics = status_of(record), record.get("metrics") or {}
+    baseline, acc = strongest_baseline(metrics), metrics.get("test/acc")
+    if status == OK and baseline and acc is not None and acc < baseline[1] + MIN_DELTA:
+        return GUESSING
+    return status
 
 
 def capacity_text(capacity: dict | None) -> str:
-    """`n90 12.3 n50 27.0 pairs: capacity_limited`, the load curve's readout
-    (`harness.readouts.capacity`), named at its threshold (`n80`); `>=` marks a lower bound
-    (the largest tested load, or a run still rising), `<` a readout below the judging load,
-    and a `training_limited` run says what that means."""
+    """`n90 12.3: capacity_limited`, the load curve's readout at its threshold
+    (`harness.readouts.capacity`; `n80` at 0.8) in units of its load (`capacity.load`: MQAR's
+    key-value pairs) and its verdict: `>=` a lower bound, `<` below the judging load. The
+    load's name, n50, the errors and the verdict's reason (`why`) are the record's."""
     if not capacity:
         return ""
-    load = str(capacity.get("load") or "load").replace("num_", "").replace("_", " ")
     name = level_name(capacity.get("threshold") or 0.9)
-    n90, n50 = shown(capacity, "n90"), shown(capacity, "n50")
-    text = f"{load}: {name} {n90} n50 {n50}, {capacity.get('verdict')}"
-    if capacity.get("why") == RISING_PAST_JUDGING_LOAD:
-        text += f" ({WHY[RISING_PAST_JUDGING_LOAD]})"
-    elif capacity.get("verdict") == TRAINING_LIMITED:  # at the floor, or still rising, there
-        where = f"still rising, below {capacity.get('threshold')}"
-        if capacity.get("why") == FLOOR_AT_JUDGING_LOAD:
-            where = "not above the binding-free floor"
-        text += f" ({where} at {capacity.get('judged_at')} {load}: not a limit)"
-    elif capacity.get("verdict") == NOT_LIMITED and capacity.get("n90") is not None:
-        text += f" (holds every tested load, up to {capacity['n90']:g})"
-    return text
+    return f"{name} {shown(capacity, 'n90')}: {capacity.get('verdict')}"
+
+
+REFERENCES = Path(__file__).resolve().parents[2] / "docs" / "results" / "headline_pilot" / "records"
+"""The committed records that set a training-limited run against softmax at its protocol
+(docs/results/headline_pilot/: the headline's, `python run.py model=softmax`)."""
+
+
+def protocol(record: dict) -> tuple:
+    """What a reference shares with a run: the task, its parameters and test sets, the
+    backbone, the batch and the step budget."""
+    config = record.get("config") or {}
+    task, data, trainer = (config.get(key) or {} for key in ("task", "data", "trainer"))
+    given = task.get("test"), config.get("backbone"), data.get("batch_size")
+    return record.get("task"), record.get("task_params"), *given, trainer.get("max_steps")
+
+
+def reference_text(record: dict) -> str:
+    """`(softmax >=16 in 1 of 2)`: beside a training-limited run of another mixer, the best n90
+    of softmax's committed records (`REFERENCES`) at the run's protocol, the report's capacity
+    (the best restart), and how many of them read it; empty when none."""
+    capacity = record.get("capacity") or {}
+    if record.get("model") == "softmax" or capacity.get("verdict") != TRAINING_LIMITED:
+        return ""
+    found = [r for r in read_summary(REFERENCES) if r.get("model") == "softmax"]
+    found = [r["capacity"] for r in found if r.get("capacity") and protocol(r) == protocol(record)]
+    if not found:
+        return ""
+    readouts = [shown(c, "n90") for c in found]
+    best = shown(max(found, key=lambda c: c["n90"]), "n90")
+    return f"(softmax {best} in {readouts.count(best)} of {len(found)})"
 
 
 def state_text(state: dict) -> str:
-    """`state 4,160 floats/layer (+192 conv)`: the mixer's state per layer (softmax's is a
-    KV cache, `KV_CACHES`; a state that grows with T at this T says so), the short
-    convolutions' windows named apart; empty without a state."""
+    """`state 4,160`: the mixer's floats of state per layer, `KV cache 8,192` for softmax's
+    (`KV_CACHES`), `(grows with T)` after another state that grows with T at this T; empty
+    without a state. The short convolutions' windows are the record's."""
     floats = state.get("mixer_floats_per_layer", state.get("floats_per_layer"))
     if floats is None:
         return ""
     layers = state.get("layers") or []
     kv_cache = bool(layers) and all(layer.get("mixer") in KV_CACHES for layer in layers)
-    grows = state.get("grows_with_seq_len") and not kv_cache
-    text = f"{'KV cache' if kv_cache else 'state'} {floats:,.0f} floats/layer"
-    text += " (grows with T)" if grows else ""
-    conv = state.get("conv_floats_per_layer")
-    return text + (f" (+{conv:,.0f} conv)" if conv else "")
+    grows = " (grows with T)" if state.get("grows_with_seq_len") and not kv_cache else ""
+    return f"{'KV cache' if kv_cache else 'state'} {floats:,.0f}{grows}"
 
 
 def job_line(record: dict, values: dict[str, object], position: str | None = None) -> str:
-    """One line that closes a job: task, model, swept values, accuracy to 3 decimals beside
-    the strongest baseline, state in floats (`state_text`), time, and why it did not finish
-    when it did not."""
+    """One line of about 160 columns that closes a job: its status word (`status_word`), task,
+    model, swept values, accuracy to 3 decimals beside the strongest baseline, the load
+    curve's readout (`capacity_text`), state in floats (`state_text`), time, `not converged`
+    (where no load curve judges it), and why it did not finish when it did not."""
     status = status_of(record)
-    parts = [f"[{position}]" if position else "", f"{status:<8}", record.get("task") or "?"]
-    parts.append(model_label(record))
-    parts += [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in values.items()]
-    metrics = record.get("metrics") or {}
+    named = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in values.items()]
+    job = [status_word(record), record.get("task") or "?", model_label(record), *named]
+    parts = [f"[{position}]" if position else "", " ".join(job)]
+    metrics, capacity = record.get("metrics") or {}, record.get("capacity")
     if status == OK:
         text = f"acc {metrics.get('test/acc', float('nan')):.3f}"
         baseline = strongest_baseline(metrics)
         if baseline:
-            text += f" (baseline {baseline[1]:.3f} {baseline[0]})"
-        parts.append(text)
-        parts.append(capacity_text(record.get("capacity")))
+            text += f" ({baseline[0]} {baseline[1]:.3f})"
+        readout = " ".join(filter(None, (capacity_text(capacity), reference_text(record))))
+        parts += [text, readout]
     parts.append(state_text(record.get("state") or {}))
     train = record.get("train") or {}
     if train:
         parts.append(human_time(train.get("wall_s")))
-        if status == OK and train.get("converged") is False:
-            parts.append(f"not converged ({why_not_converged(record)})")
+        if status == OK and train.get("converged") is False and not capacity:
+            parts.append("not converged")
     if status != OK:
         parts.append(f"-- {record.get('error') or 'no error message'}")
     return "  ".join(p for p in parts if p)
+
+
+def where(folder: Path) -> str:
+    """`-> outputs/2026-12-06/08-41-15`: a run's folder, relative to the working directory
+    when it lies under it (Hydra's is absolute), so that the line keeps its width."""
+    folder, here = Path(folder).resolve(), Path.cwd().resolve()
+    return f"-> {folder.relative_to(here) if folder.is_relative_to(here) else folder}"
 
 
 def interrupted(checkpoint: Path, step: int | None, max_steps: int, sweep: Path | None) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.config.refusal import BadInput
-from harness.readouts.capacity import VERDICTS, readout_of
+from harness.readouts.capacity import VERDICTS, readout_of, shown
 from harness.train import run
 from harness.training.console import job_line
 from tests.conftest import run_cli
@@ -46,8 +46,7 @@ def test_a_load_range_run_records_the_whole_curve(make_cfg, tmp_path: Path) -> N
     assert capacity["verdict"] in VERDICTS
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["capacity"] == json.loads(json.dumps(capacity))
-    assert "kv pairs: n90 " in job_line(saved, {})
-    assert capacity["verdict"] in job_line(saved, {})
+    assert f"  n90 {shown(capacity, 'n90')}: {capacity['verdict']}  " in job_line(saved, {})
 
 
 def test_a_single_load_run_has_no_capacity(make_cfg) -> None:

@@ -1,6 +1,7 @@
 """End to end: a run trains, tests and writes its record; softmax really learns recall."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -88,10 +89,10 @@ def test_cli_favor_run_writes_record_and_offline_wandb(tmp_path: Path) -> None:
     assert saved["state"]["grows_with_seq_len"] is False
     assert 0.0 <= saved["metrics"]["test/acc"] <= 1.0
     assert saved["train"]["steps"] == 30
-    (line,) = [line for line in result.stdout.splitlines() if line.startswith("ok")]
+    (line,) = [line for line in result.stdout.splitlines() if " acc " in line]
+    assert re.match(r"(ok|guessing) assoc_recall favor  acc ", line), line
     assert f"acc {saved['metrics']['test/acc']:.3f}" in line
-    assert "state 4,224 floats/layer (+192 conv)" in line
-    assert "assoc_recall  favor  seq_len=24" in line
+    assert "state 4,224  " in line and line.endswith("-> run")  # the folder, from its cwd
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*"))
 
 

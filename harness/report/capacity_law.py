@@ -38,6 +38,8 @@ from harness.report.look import model_order
 CELL = "cell"
 """The report's cell column: a point's task and parameters (`cell_key`), rate and seed aside."""
 PROTOCOL = ("task", "trainer.max_steps", "backbone.n_layers", "capacity.protocol")
+GROWS = "state.grows_with_seq_len"
+"""Whether a cell's state grows with T (a KV cache): no fixed state to pair it at."""
 """The settings a cell keeps beside its state: cells compare only under the same ones."""
 ESTIMAND_NAMES = {
     CAPACITY: "capacity (each width's restarts within 0.8 of its best, chosen on validation)",
@@ -78,7 +80,7 @@ def cells_and_laws(
     if frame.empty:
         return pd.DataFrame(), {}
     frame = frame[frame["capacity.verdict"].notna() | (frame["status"] != "ok")]
-    table = cells(frame, [CELL], by="mixer", keep=(*STATE_COLUMNS, *PROTOCOL))
+    table = cells(frame, [CELL], by="mixer", keep=(*STATE_COLUMNS, *PROTOCOL, GROWS))
     return table, fit_cell_laws(restarts(frame, "mixer"), table, [CELL], by="mixer")
 
 

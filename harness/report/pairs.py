@@ -23,7 +23,7 @@ import pandas as pd
 from harness.config.state_sizes import Size, equal_state, fixed_bound
 from harness.readouts import capacity as readouts
 from harness.readouts.restarts import DESIGN_SEEDS
-from harness.report.capacity_law import PROTOCOL, capacity_shown
+from harness.report.capacity_law import GROWS, PROTOCOL, capacity_shown
 from harness.report.frame import missing
 from harness.report.look import model_order
 
@@ -117,14 +117,15 @@ def state_text(a: Size, b: Size) -> str:
 
 
 def pair_rows(cells: pd.DataFrame, level: str = "n90") -> list[dict]:
-    """One row of `COLUMNS` per pair of cells at equal state under one protocol, at least one
-    of them this sweep's (`source` own); a pair with a reference cell has `source` reference;
-    `level` names the readout."""
+    """One row of `COLUMNS` per pair of cells at equal, fixed state (none whose state grows with
+    T, as a KV cache does) under one protocol, at least one of them this sweep's (`source`
+    own); a pair with a reference cell has `source` reference; `level` names the readout."""
     if cells.empty:
         return []
     own = pd.Series(OWN, index=cells.index)
     cells = cells.assign(source=cells.get("source", own).fillna(OWN)).reset_index(drop=True)
     cells = cells.dropna(subset=["state.mixer_floats_per_layer"])
+    cells = cells[cells.get(GROWS, pd.Series(False, index=cells.index)).ne(True)]
     order = sorted(cells.index, key=lambda i: model_order(cells.at[i, "mixer"]))
     fixed = fixed_bound([size_of(c) for _, c in cells.iterrows()])
     rows = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.report import look, references, sweep_report
+from harness.report import look, references
 from harness.report.pairs import COLUMNS, NO_DIFFERENCE, UNDECIDED
 from harness.report.sweep_report import report
 from tests.harness.report.load_curves import LOADS, accuracies, curve_record
@@ -58,6 +58,18 @@ def test_each_pair_at_equal_state_gets_its_verdict(tmp_path: Path, capsys) -> No
     assert "deltanet against linear: linear holds more" in page
 
 
+def test_a_state_that_grows_with_t_is_never_paired(tmp_path: Path) -> None:
+    """A KV cache has no fixed size to be equal to: DeltaNet's cells marked as growing with T
+    (as softmax's and a softmax hybrid's are) pair with nothing."""
+    marked = records()
+    for rec in marked:
+        if rec["model"] == "deltanet":
+            rec["state"]["grows_with_seq_len"] = True
+    sweep = write_sweep(tmp_path / "sweep", marked)
+    report(sweep, wandb_mode="disabled")
+    assert not (sweep / "report" / "pairs.csv").exists()
+
+
 @pytest.fixture
 def committed(tmp_path: Path, monkeypatch) -> Path:
     """A docs/results/ of one reference folder, `law/records`, holding both mixers' runs."""
@@ -72,13 +84,13 @@ def committed(tmp_path: Path, monkeypatch) -> Path:
 def test_a_one_mixer_sweep_is_read_beside_the_references(
     committed: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    drawn, save = {}, sweep_report.save
+    drawn, save = {}, look.save
 
-    def kept(figure, path: Path) -> Path:
+    def kept(figure, path: Path, *args):
         drawn[path.name] = figure
-        return save(figure, path)
+        return save(figure, path, *args)
 
-    monkeypatch.setattr(sweep_report, "save", kept)
+    monkeypatch.setattr(look, "save", kept)
     own = [r for r in records(("deltanet",), protocol=True) if r["seed"] == 0]  # the reference's
     own[0]["seed"] = own[0]["config"]["seed"] = 2  # one restart of its own
     own[0]["config_hash"] += "-own"
@@ -97,7 +109,7 @@ def test_a_one_mixer_sweep_is_read_beside_the_references(
     assert "law (800 steps; docs/results/references.txt): 13 runs of deltanet, linear" in (
         capsys.readouterr().out
     )  # 16 less the 3 that are the sweep's own by config hash
-    figure = drawn["capacity_vs_state.png"]
+    figure = drawn["capacity_vs_state"]
     labels = [t.get_text() for t in figure.legends[0].get_texts()]
     assert any(label.startswith("linear (reference: law, 800 steps)") for label in labels)
     gids = [c.lines[0].get_gid() for c in figure.axes[0].containers]

@@ -34,10 +34,18 @@ PALETTE = (
 )
 """The first 20 mixers' colours by their place in `KNOWN_MODELS` (softmax's black aside): tab10
 without its grey (grey is the baselines'), then tab20b's and Dark2's dark colours."""
-EXTRA = max(0, len(KNOWN_MODELS) - 1 - len(PALETTE))
-MIXER_COLOURS = (*PALETTE, *(plt.cm.hsv((i + 0.5) / EXTRA)[:3] for i in range(EXTRA)))
-"""A colour for every registered mixer, however many: the palette, then hues evenly spaced
-round the colour wheel for the mixers past its 20."""
+
+
+def mixer_colour(at: int) -> Any:
+    """The colour of the mixer at `at` in `KNOWN_MODELS` (softmax aside), however many are
+    registered: the palette's, then hues evenly spaced round the colour wheel for the mixers
+    past its 20."""
+    if at < len(PALETTE):
+        return PALETTE[at]
+    extra = len(KNOWN_MODELS) - 1 - len(PALETTE)
+    return plt.cm.hsv((at - len(PALETTE) + 0.5) / extra)[:3]
+
+
 MARKERS = "osDp*hHXdP8"
 """Filled markers (a hollow one marks a run that had not converged), no triangles: the
 capacity figure's censored readouts are arrows with triangle heads. The circle is softmax's;
@@ -75,7 +83,7 @@ def style(model: str) -> tuple[Any, str]:
         return "black", MARKERS[0]
     if model in KNOWN_MODELS:
         at = KNOWN_MODELS.index(model) - 1
-        return MIXER_COLOURS[at], MARKERS[1 + at % (len(MARKERS) - 1)]
+        return mixer_colour(at), MARKERS[1 + at % (len(MARKERS) - 1)]
     if model not in HANDED:
         at = len(HANDED)
         shape = MARKERS[1 + at % (len(MARKERS) - 1)]

@@ -155,7 +155,7 @@ def test_the_label_names_the_layers_in_order() -> None:
     ("layers", "n_layers", "message"),
     [
         (["gated_deltanet", "sofmax"], 2, "layers[1].name='sofmax' is invalid: must be one of"),
-        (["deltanett", "softmax"], 2, "sliding_window, softmax (did you mean deltanet?)"),
+        (["deltanett", "softmax"], 2, "(did you mean deltanet?)"),
         (
             [{"name": "softmax", "n_heads": 3}],
             2,

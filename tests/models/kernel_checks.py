@@ -1,5 +1,5 @@
-"""What the kernel tests measure besides values: the peak memory of a call and the nodes of
-an autograd graph."""
+"""What the kernel tests measure besides values: the peak memory of a call, the nodes of an
+autograd graph, a fast form against its step loop, a split sequence against the whole."""
 
 from collections.abc import Callable
 
@@ -49,3 +49,22 @@ def assert_same_rule(
     grads_expected = torch.autograd.grad(o_expected.sin().sum() + S_expected.square().sum(), leaves)
     for grad, grad_expected in zip(grads, grads_expected, strict=True):
         torch.testing.assert_close(grad, grad_expected, rtol=1e-9, atol=1e-10)
+
+
+def assert_split_continues(
+    rule: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    inputs: tuple[torch.Tensor, ...],
+    cut: int,
+    mode: str,
+) -> None:
+    """A recurrence run on inputs[..., :cut, :] and continued from its final state on the
+    rest equals the whole sequence in one call: outputs and final state within 1e-10.
+    `inputs` are [B, H, T, ...] tensors, split along T."""
+    whole, S_whole = rule(*inputs, mode=mode, chunk_size=8, return_state=True)
+    first, S = rule(*(x[:, :, :cut] for x in inputs), mode=mode, chunk_size=8, return_state=True)
+    second, S_end = rule(
+        *(x[:, :, cut:] for x in inputs), mode=mode, chunk_size=8, initial_state=S,
+        return_state=True,
+    )  # fmt: skip
+    torch.testing.assert_close(torch.cat([first, second], 2), whole, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(S_end, S_whole, rtol=1e-10, atol=1e-10)

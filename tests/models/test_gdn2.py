@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from models import build_mixer
 from models.backbone import LanguageModel
 from models.kernels import MODES, gdn2_rule, kda_rule
-from tests.models.kernel_checks import assert_same_rule
+from tests.models.kernel_checks import assert_same_rule, assert_split_continues
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -70,21 +70,7 @@ def test_gdn2_rule_is_the_recurrence_forward_and_backward(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_gdn2_rule_split_and_continued_is_the_whole_sequence(mode: str) -> None:
-    inputs = gdn2_inputs(41, seed=3)
-    whole, S_whole = gdn2_rule(*inputs, mode=mode, chunk_size=8, return_state=True)
-    cut = 19
-    first, S = gdn2_rule(
-        *(x[:, :, :cut] for x in inputs), mode=mode, chunk_size=8, return_state=True
-    )
-    second, S_end = gdn2_rule(
-        *(x[:, :, cut:] for x in inputs),
-        mode=mode,
-        chunk_size=8,
-        initial_state=S,
-        return_state=True,
-    )
-    torch.testing.assert_close(torch.cat([first, second], 2), whole, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(S_end, S_whole, rtol=1e-10, atol=1e-10)
+    assert_split_continues(gdn2_rule, gdn2_inputs(41, seed=3), 19, mode)
 
 
 @pytest.mark.parametrize("mode", MODES)

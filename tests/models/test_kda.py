@@ -16,7 +16,7 @@ from models.backbone import LanguageModel
 from models.kernels import MODES, dplr_blocks, gated_delta_rule
 from models.kernels.dplr import gated_dplr, kda_rule
 from models.kernels.dplr_blocks import UnitLower, pair_blocks
-from tests.models.kernel_checks import assert_same_rule
+from tests.models.kernel_checks import assert_same_rule, assert_split_continues
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -87,24 +87,7 @@ def test_kda_rule_is_the_recurrence_forward_and_backward(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_kda_rule_split_and_continued_is_the_whole_sequence(mode: str) -> None:
-    q, k, v, beta, log_gate = kda_inputs(41, seed=3)
-    whole, S_whole = kda_rule(q, k, v, beta, log_gate, mode=mode, chunk_size=8, return_state=True)
-    cut = 19
-    first, S = kda_rule(
-        *(x[:, :, :cut] for x in (q, k, v, beta, log_gate)),
-        mode=mode,
-        chunk_size=8,
-        return_state=True,
-    )
-    second, S_end = kda_rule(
-        *(x[:, :, cut:] for x in (q, k, v, beta, log_gate)),
-        mode=mode,
-        chunk_size=8,
-        initial_state=S,
-        return_state=True,
-    )
-    torch.testing.assert_close(torch.cat([first, second], 2), whole, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(S_end, S_whole, rtol=1e-10, atol=1e-10)
+    assert_split_continues(kda_rule, kda_inputs(41, seed=3), 19, mode)
 
 
 @pytest.mark.parametrize("mode", ["chunk", "parallel"])

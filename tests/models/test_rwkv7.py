@@ -16,6 +16,7 @@ from models import build_mixer
 from models.backbone import LanguageModel
 from models.kernels import MODES
 from models.kernels.dplr import gated_dplr
+from tests.models.kernel_checks import assert_split_continues
 
 pytestmark = pytest.mark.usefixtures("float64_by_default")
 
@@ -97,21 +98,7 @@ def test_gated_dplr_split_and_continued_is_the_whole_sequence(mode: str) -> None
     a, b = 0.4 * a, 0.4 * b
     v = torch.randn(2, 3, 41, 4, generator=g)
     log_gate = -torch.rand(2, 3, 41, 5, generator=g)
-    inputs = (q, k, v, a, b, log_gate)
-    whole, S_whole = gated_dplr(*inputs, mode=mode, chunk_size=8, return_state=True)
-    cut = 22
-    first, S = gated_dplr(
-        *(x[:, :, :cut] for x in inputs), mode=mode, chunk_size=8, return_state=True
-    )
-    second, S_end = gated_dplr(
-        *(x[:, :, cut:] for x in inputs),
-        mode=mode,
-        chunk_size=8,
-        initial_state=S,
-        return_state=True,
-    )
-    torch.testing.assert_close(torch.cat([first, second], 2), whole, rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(S_end, S_whole, rtol=1e-10, atol=1e-10)
+    assert_split_continues(gated_dplr, (q, k, v, a, b, log_gate), 22, mode)
 
 
 def test_rwkv7_decay_and_removal_ranges() -> None:
